@@ -1,0 +1,1 @@
+"""When things happen: regenerate experience, evaluate, write the summary."""

@@ -1,0 +1,69 @@
+"""Held-out evaluation: greedy decoding on the task's held-out examples, scored by the exact verifier.
+
+Runs at fit start (the "before" number), every `every_n_steps` optimizer steps, and at train end (the
+"after" number). Accuracy is aggregated with torchmetrics so it syncs across ranks.
+"""
+from __future__ import annotations
+
+import lightning as L
+from torchmetrics import MeanMetric
+
+from callbacks.logging import log_now
+from data_modules.tasks.base import Task, encode_prompt
+from models.generation import HFGenerator
+from rewards.base import RewardSource
+
+
+
+
+def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: RewardSource,
+             num_examples: int | None = None) -> dict[str, float]:
+    """Greedy held-out accuracy and mean response length of `policy` on `task.heldout`."""
+    examples = task.heldout[:num_examples] if num_examples else task.heldout
+    prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in examples]
+    out = generator.sample(policy, tokenizer, prompts, greedy=True)
+    texts = tokenizer.batch_decode(out.completions, skip_special_tokens=True)
+    scores = verifier.score([ex.prompt for ex in examples], texts, examples)
+    acc = MeanMetric()
+    for s in scores:
+        acc.update(float(s or 0.0))
+    return {"val/accuracy": float(acc.compute()),
+            "val/response_len_mean": sum(map(len, out.completions)) / len(out.completions)}
+
+
+class HeldOutEvaluation(L.Callback):
+    def __init__(self, generator: HFGenerator, verifier: RewardSource, task: Task,
+                 every_n_steps: int, num_examples: int | None):
+        self.generator, self.verifier, self.task = generator, verifier, task
+        self.every_n_steps, self.num_examples = every_n_steps, num_examples
+        self.before: dict | None = None
+        self.after: dict | None = None
+        self.history: list[tuple[int, float]] = []
+
+    def _run(self, trainer, pl_module) -> dict:
+        result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
+                          self.verifier, self.num_examples)
+        self.history.append((trainer.global_step, result["val/accuracy"]))
+        log_now(trainer, result)
+        return result
+
+    def on_fit_start(self, trainer, pl_module):
+        self.before = self._run(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if self.every_n_steps and step % self.every_n_steps == 0 and step < trainer.max_steps:
+            if not self.history or self.history[-1][0] != step:
+                self._run(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module):
+        self.after = self._run(trainer, pl_module)
+
+    def summary(self) -> dict:
+        out = {}
+        if self.before:
+            out["val/accuracy_before"] = self.before["val/accuracy"]
+        if self.after:
+            out["val/accuracy_after"] = self.after["val/accuracy"]
+            out["val/response_len_mean"] = self.after["val/response_len_mean"]
+        return out

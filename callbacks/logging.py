@@ -1,0 +1,11 @@
+"""Log from any hook (Lightning forbids self.log in on_fit_start/on_train_end): straight to the loggers."""
+from __future__ import annotations
+
+import lightning as L
+
+
+def log_now(trainer: L.Trainer, metrics: dict[str, float]) -> None:
+    """Send scalar metrics to every logger at the current global step, from rank 0 only."""
+    if trainer.is_global_zero:
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)

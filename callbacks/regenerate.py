@@ -1,0 +1,101 @@
+"""RegenerateExperience: one round of on-policy experience before every epoch.
+
+One Lightning epoch is one round. Lightning rebuilds the train dataloader before each epoch
+(reload_dataloaders_every_n_epochs=1), after `on_fit_start` and after the previous epoch's
+`on_train_epoch_end`: so the first round is made in `on_fit_start` and every next one in
+`on_train_epoch_end`, and epoch k serves round k. A round serves `steps_per_round` optimizer steps.
+"""
+from __future__ import annotations
+
+import time
+
+import lightning as L
+from torchmetrics import MeanMetric
+
+from callbacks.logging import log_now
+from data_modules.experience import ExperienceRecord, Provenance
+from models.generation import HFGenerator
+from rewards.base import RewardSource, safe_score
+
+
+class RegenerateExperience(L.Callback):
+    def __init__(self, generator: HFGenerator, reward: RewardSource):
+        self.generator, self.reward = generator, reward
+        self.rounds = 0
+        self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "generation_seconds": 0.0,
+                       "records_generated": 0, "records_dropped": 0, "reward_errors": 0}
+        self.reward_means: list[float] = []
+        self.first_error: str | None = None
+
+    def on_fit_start(self, trainer, pl_module):
+        if getattr(trainer.datamodule, "online", False):
+            self.regenerate(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        done = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
+        if getattr(trainer.datamodule, "online", False) and not done:
+            self.regenerate(trainer, pl_module)
+
+    def regenerate(self, trainer: L.Trainer, pl_module) -> list[ExperienceRecord]:
+        dm = trainer.datamodule
+        prompts = [p for p in dm.next_prompts() for _ in range(dm.group_size)]
+        out = self.generator.sample(pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts])
+        texts = dm.tokenizer.batch_decode(out.completions, skip_special_tokens=True)
+        examples = [ex for ex, _, _ in prompts]
+        report = safe_score(self.reward, [ex.prompt for ex in examples], texts, examples)
+        records = [
+            self._record(pl_module, ex, ids, gid, comp, lp, text, score)
+            for (ex, ids, gid), comp, lp, text, score
+            in zip(prompts, out.completions, out.logprobs, texts, report.scores)
+            if score is not None
+        ]
+        records = pl_module.annotate(records)
+        dm.put(records)
+        self._account(trainer, pl_module, prompts, out, report, records)
+        return records
+
+    def _record(self, pl_module, ex, prompt_ids, gid, completion, logprobs, text, score):
+        prov = Provenance(source="policy_rollout", created_step=pl_module.policy_version,
+                          policy_version=pl_module.policy_version, generator=self.generator.name,
+                          sampling=self.generator.sampling, reward_source=self.reward.name,
+                          reward_version=self.reward.version, origin=ex.meta.get("origin"))
+        return ExperienceRecord(prompt_ids=prompt_ids, completion_ids=completion, provenance=prov,
+                                group_id=gid, prompt_text=ex.prompt, completion_text=text,
+                                answer=ex.answer, behaviour_logprobs=logprobs,
+                                rewards={self.reward.name: score}, reward=score)
+
+    def _account(self, trainer, pl_module, prompts, out, report, records):
+        reward = MeanMetric()
+        for r in records:
+            reward.update(r.reward)
+        mean = float(reward.compute()) if records else float("nan")
+        gen_tokens = sum(len(c) for c in out.completions)
+        t = self.totals
+        t["prompt_tokens"] += sum(len(ids) for _, ids, _ in prompts)
+        t["generated_tokens"] += gen_tokens
+        t["generation_seconds"] += out.seconds
+        t["records_generated"] += len(out.completions)
+        t["records_dropped"] += len(out.completions) - len(records)
+        t["reward_errors"] += report.errors
+        self.first_error = self.first_error or report.first_error
+        self.rounds += 1
+        self.reward_means.append(mean)
+        metrics = {
+            "rollout/reward_mean": mean,
+            "rollout/response_len_mean": gen_tokens / max(len(out.completions), 1),
+            "rollout/reward_abstained": float(report.abstained),
+            "rollout/round": float(self.rounds),
+            "cost/generated_tokens": float(t["generated_tokens"]),
+            "cost/generation_seconds": t["generation_seconds"],
+            "perf/generated_tokens_per_sec": gen_tokens / max(out.seconds, 1e-9),
+        }
+        metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
+        log_now(trainer, metrics)
+
+    def summary(self) -> dict:
+        finite = [m for m in self.reward_means if m == m]
+        return {"rollout/rounds": self.rounds,
+                "rollout/reward_mean_first": finite[0] if finite else None,
+                "rollout/reward_mean": finite[-1] if finite else None,
+                **{f"cost/{k}": v for k, v in self.totals.items()},
+                **({"rollout/first_reward_error": self.first_error} if self.first_error else {})}

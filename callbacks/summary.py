@@ -1,0 +1,46 @@
+"""summary.json (final metrics keyed by stage name) and the end-of-run table."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+class RunSummary:
+    """Accumulates one dict of metrics per stage; rewrites summary.json atomically after each stage,
+    so a run killed in stage k keeps the summaries of stages before k."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.stages: dict[str, dict] = {}
+
+    def add(self, stage: str, metrics: dict) -> None:
+        self.stages[stage] = metrics
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.stages, indent=2, default=float))
+        os.replace(tmp, self.path)
+
+    def table(self) -> Table:
+        keys = ["val/accuracy_before", "val/accuracy_after", "rollout/reward_mean_first",
+                "rollout/reward_mean", "cost/generated_tokens", "train/steps", "wall_seconds"]
+        table = Table(title="policyshift run summary")
+        table.add_column("stage")
+        for k in keys:
+            table.add_column(k, justify="right")
+        for name, m in self.stages.items():
+            table.add_row(name, *[_fmt(m.get(k)) for k in keys])
+        return table
+
+    def print(self) -> None:
+        Console().print(self.table())
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)

@@ -1,0 +1,1 @@
+"""What data is served: experience records, the buffer, prompt and demonstration sources."""

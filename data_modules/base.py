@@ -1,0 +1,55 @@
+"""The shared LightningDataModule: serves a list of experience records as padded batches."""
+from __future__ import annotations
+
+import random
+
+import lightning as L
+from torch.utils.data import DataLoader
+from transformers import PreTrainedTokenizerBase
+
+from data_modules.experience import ExperienceRecord, collate
+from data_modules.tasks.base import Task
+
+
+class ExperienceDataModule(L.LightningDataModule):
+    """Subclasses say which records an epoch serves (`epoch_records`); this class batches them.
+
+    `online` data modules are fed by `callbacks.regenerate.RegenerateExperience`; offline ones own
+    their data from the start. Each epoch's order is a seeded shuffle, repeated `passes` times.
+    """
+
+    online = False
+
+    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, seed: int):
+        super().__init__()
+        self.task, self.tokenizer = task, tokenizer
+        self.batch_size, self.seed = batch_size, seed
+        self.epochs_served = 0
+
+    def epoch_records(self) -> list[ExperienceRecord]:
+        raise NotImplementedError
+
+    passes = 1
+
+    def train_dataloader(self) -> DataLoader:
+        records = self.epoch_records()
+        if not records:
+            raise RuntimeError(f"{type(self).__name__}: no records to serve (was a round generated?)")
+        rng = random.Random(self.seed * 100_003 + self.epochs_served)
+        order = []
+        for _ in range(self.passes):
+            order += rng.sample(records, len(records))
+        self.epochs_served += 1
+        return DataLoader(order, batch_size=self.batch_size, shuffle=False,
+                          collate_fn=self._collate, num_workers=0)
+
+    def _collate(self, records: list[ExperienceRecord]):
+        for r in records:
+            r.provenance.times_used += 1
+        return collate(records, self.tokenizer.pad_token_id)
+
+    def state_dict(self) -> dict:
+        return {"epochs_served": self.epochs_served}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epochs_served = state["epochs_served"]

@@ -1,0 +1,29 @@
+"""SFT data: the task's reference answers as demonstrations from a teacher (the task's exact solver
+for arithmetic, the reference answers of a jsonl file). Off-policy data; provenance says so."""
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+from data_modules.base import ExperienceDataModule
+from data_modules.experience import ExperienceRecord, Provenance
+from data_modules.tasks.base import Task, encode_completion, encode_prompt
+
+
+class DemonstrationsDataModule(ExperienceDataModule):
+    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, seed: int,
+                 source: str, max_examples: int | None = None):
+        super().__init__(task, tokenizer, batch_size, seed)
+        examples = task.train[:max_examples] if max_examples else task.train
+        self.records = [self._record(ex, source, i) for i, ex in enumerate(examples)]
+
+    def _record(self, ex, source: str, index: int) -> ExperienceRecord:
+        return ExperienceRecord(
+            prompt_ids=encode_prompt(self.tokenizer, ex.prompt, self.task.chat),
+            completion_ids=encode_completion(self.tokenizer, ex.answer),
+            provenance=Provenance(source=source, created_step=0,
+                                  origin=ex.meta.get("origin", f"{self.task.name}:{index}")),
+            group_id=index, prompt_text=ex.prompt, completion_text=ex.answer, answer=ex.answer,
+        )
+
+    def epoch_records(self) -> list[ExperienceRecord]:
+        return self.records

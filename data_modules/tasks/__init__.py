@@ -1,0 +1,1 @@
+"""Prompt sources with reference answers (`task=...`)."""

@@ -1,0 +1,39 @@
+"""What every task provides: train and held-out examples with reference answers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    answer: str
+    meta: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass
+class Task:
+    """A named set of examples. `chat=True` formats prompts with the tokenizer's chat template."""
+
+    name: str
+    train: list[Example]
+    heldout: list[Example]
+    chat: bool = False
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool) -> list[int]:
+    """Prompt text → token ids, through the chat template when asked (with the generation prompt)."""
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("task.chat=true but the tokenizer has no chat template")
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                            add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    return tokenizer(text)["input_ids"]
+
+
+def encode_completion(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """Completion text → ids, with eos appended (no bos)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]

@@ -1,0 +1,49 @@
+"""User prompts with reference answers from JSON-lines files: one {"prompt": ..., "answer": ...} a line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from data_modules.tasks.base import Example, Task
+
+
+class DataFileError(ValueError):
+    """A data file is missing or malformed; the message names file and line."""
+
+
+def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
+    p = Path(path)
+    if not p.is_file():
+        raise DataFileError(f"{path}: file not found")
+    examples = []
+    with p.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataFileError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DataFileError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            for key in (prompt_key, answer_key):
+                if not isinstance(row.get(key), str) or not row[key].strip():
+                    raise DataFileError(f"{path}:{lineno}: missing or empty string field {key!r}")
+            meta = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
+            examples.append(Example(row[prompt_key], row[answer_key], meta | {"origin": f"{p.name}:{lineno}"}))
+    if not examples:
+        raise DataFileError(f"{path}: no examples")
+    return examples
+
+
+def jsonl_task(train_path: str, heldout_path: str | None, chat: bool, num_heldout: int,
+               prompt_key: str, answer_key: str) -> Task:
+    """Train on `train_path`; evaluate on `heldout_path`, or on the last `num_heldout` train lines."""
+    train = read_examples(train_path, prompt_key, answer_key)
+    if heldout_path:
+        heldout = read_examples(heldout_path, prompt_key, answer_key)
+    else:
+        if num_heldout >= len(train):
+            raise DataFileError(f"{train_path}: task.num_heldout={num_heldout} but only {len(train)} lines")
+        train, heldout = train[: len(train) - num_heldout], train[len(train) - num_heldout :]
+    return Task(name=Path(train_path).stem, train=train, heldout=heldout, chat=chat)

@@ -1,0 +1,1 @@
+"""Policy/tokenizer factories and generation engines."""

@@ -1,0 +1,44 @@
+"""The embedded default policy: a small Llama-architecture model built in code with the char tokenizer."""
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from models.tokenizer import build_char_tokenizer
+
+
+def build_tiny(
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    intermediate_size: int,
+    max_position_embeddings: int,
+    seed: int,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Build a randomly initialised LlamaForCausalLM and its tokenizer, deterministic from `seed`.
+
+    The result saves with `save_pretrained` and loads back with `AutoModelForCausalLM` and
+    `AutoTokenizer` alone, no project code needed.
+    """
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    devices = []  # fork the RNG so building the model does not shift the run's global random stream
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    return model, tokenizer

@@ -1,0 +1,1 @@
+"""How samples are judged: reward sources return one float or None (abstain) per sample."""

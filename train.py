@@ -1,0 +1,74 @@
+"""policyshift entry point: compose → validate every stage → run stages in order → summary.
+
+    python train.py                                  # the embedded default (SFT → GRPO on arithmetic)
+    python train.py algorithm=sft data=demonstrations trainer.max_steps=200
+    python train.py -m seed=1,2,3                    # a sweep: one output dir and W&B run per job
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("WANDB_MODE", "offline")  # never a login prompt; WANDB_MODE=online to stream
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from callbacks.summary import RunSummary  # noqa: E402
+from trainers.pipeline import plan_stages, run_stage, set_run_fields  # noqa: E402
+from trainers.validation import ConfigError  # noqa: E402
+
+
+def run_names(hc) -> tuple[Path, str, str]:
+    """(output dir, W&B group, W&B run name) for this Hydra job."""
+    out = Path(hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN:
+        return out, Path(hc.sweep.dir).name, f"{hc.job.num}:{hc.job.override_dirname or 'job'}"
+    return out, out.name, out.name
+
+
+def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
+    stages = plan_stages(cfg, user_overrides)  # composes + validates all stages, builds no model
+    if (out / "summary.json").exists():
+        raise ConfigError(f"{out} already holds a finished run (summary.json); choose another hydra.run.dir")
+    for s in stages:
+        set_run_fields(s.cfg, out, s.name, group, name)
+    OmegaConf.save({s.name: OmegaConf.to_container(s.cfg, resolve=True) for s in stages}, out / "config.yaml")
+    summary, policy, tokenizer = RunSummary(out / "summary.json"), None, None
+    for s in stages:
+        print(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}")
+        policy, tokenizer, metrics = run_stage(s, policy, tokenizer)
+        summary.add(s.name, metrics)
+    policy.save_pretrained(out / "policy")
+    tokenizer.save_pretrained(out / "policy")
+    summary.print()
+    print(f"outputs: {out} (config.yaml, summary.json, policy/)")
+    return summary.stages
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    hc = HydraConfig.get()
+    out, group, name = run_names(hc)
+    try:
+        stages = train(cfg, list(hc.overrides.task), out, group, name)
+    finally:
+        _finish_wandb()
+    last = list(stages.values())[-1]
+    return last.get("val/accuracy_after")  # the optimized metric for sweepers
+
+
+def _finish_wandb() -> None:
+    import sys
+    if "wandb" in sys.modules and sys.modules["wandb"].run is not None:
+        sys.modules["wandb"].finish()
+
+
+if __name__ == "__main__":
+    main()

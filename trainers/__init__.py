@@ -1,0 +1,1 @@
+"""How it learns: one LightningModule per loop shape, composing pure functions from losses/."""

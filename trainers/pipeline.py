@@ -1,0 +1,115 @@
+"""Stages: compose each stage's config, validate all of them, then build and fit one after another.
+
+A stage's config = the base config + the stage's overrides + the user's command line (the user wins).
+A user key override (`algorithm.beta=0`) goes to the stages whose config has that key, and must match
+at least one. Naming `algorithm=` or `data=` without `experiment=` runs that one algorithm alone.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+from hydra import compose
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from trainers.validation import ConfigError, validate
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+STAGE_GROUPS = ("algorithm", "data")
+
+
+@dataclass
+class Stage:
+    name: str
+    cfg: DictConfig
+    task: object = None
+
+
+def _split(user_overrides: list[str]) -> tuple[list[str], list]:
+    """(group-choice overrides, parsed key overrides) from the user's command line."""
+    groups, keys = [], []
+    for text, ov in zip(user_overrides, OverridesParser.create().parse_overrides(user_overrides)):
+        key = ov.key_or_group
+        if "." not in key and (CONF_DIR / key).is_dir():
+            groups.append(text)
+        else:
+            keys.append((text, ov))
+    return groups, keys
+
+
+def _applies(cfg: DictConfig, ov) -> bool:
+    if ov.is_add() or ov.is_force_add() or ov.is_delete():
+        return True
+    return OmegaConf.select(cfg, ov.key_or_group, default="__missing__") != "__missing__"
+
+
+def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "train") -> list[Stage]:
+    """Compose and validate every stage's config (no model is built here)."""
+    groups, keys = _split(user_overrides)
+    chosen = {g.split("=")[0].lstrip("+~") for g in groups}
+    single = not cfg.stages or (chosen & set(STAGE_GROUPS) and "experiment" not in chosen)
+    specs = [{"name": None, "overrides": []}] if single else list(cfg.stages)
+    stages, used = [], set()
+    for spec in specs:
+        base = list(spec["overrides"]) + groups + (["experiment=single"] if single else [])
+        probe = compose(config_name, overrides=base)
+        mine = [text for text, ov in keys if _applies(probe, ov)]
+        used.update(mine)
+        scfg = compose(config_name, overrides=base + mine) if mine else probe
+        name = spec["name"] or scfg.algorithm.name
+        validate(scfg, name)
+        stages.append(Stage(name, scfg))
+    unused = [text for text, _ in keys if text not in used]
+    if unused:
+        raise ConfigError(f"override(s) {unused} match no key in any stage's config "
+                          f"(stages: {[s.name for s in stages]}); check the spelling")
+    for stage in stages:  # cheap, and catches missing/malformed task files before any model
+        stage.task = instantiate(stage.cfg.task)
+    return stages
+
+
+def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, name: str) -> None:
+    with open_dict(cfg):
+        cfg.run = {"output_dir": str(output_dir), "stage": stage, "group": group, "name": name}
+
+
+def build(node: DictConfig, **runtime):
+    """Instantiate `node` with live objects (models, tasks) passed as-is: Hydra would otherwise copy
+    keyword arguments into its config tree, converting dataclasses and lists element by element."""
+    return instantiate(node, _partial_=True)(**runtime)
+
+
+def build_callbacks(cfg: DictConfig, generator, reward, task) -> list[L.Callback]:
+    runtime = {"regenerate": {"generator": generator, "reward": reward},
+               "evaluate": {"generator": generator, "task": task}}
+    return [build(node, **runtime.get(key, {})) for key, node in cfg.callbacks.items() if node is not None]
+
+
+def build_loggers(cfg: DictConfig) -> list:
+    return [instantiate(node) for node in cfg.logger.values() if node is not None]
+
+
+def run_stage(stage: Stage, policy=None, tokenizer=None):
+    """Build everything for one stage and fit it; returns (policy, tokenizer, summary metrics)."""
+    cfg, start = stage.cfg, time.perf_counter()
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    if policy is None:
+        policy, tokenizer = instantiate(cfg.model)
+    generator = instantiate(cfg.generator)
+    reward = instantiate(cfg.reward)
+    datamodule = build(cfg.data, task=stage.task, tokenizer=tokenizer)
+    module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
+    callbacks = build_callbacks(cfg, generator, reward, stage.task)
+    trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_loggers(cfg) or False,
+                        default_root_dir=cfg.run.output_dir)
+    trainer.fit(module, datamodule=datamodule)
+    metrics = {"train/steps": trainer.global_step, "wall_seconds": time.perf_counter() - start}
+    for cb in callbacks:
+        if hasattr(cb, "summary"):
+            metrics |= cb.summary()
+    metrics |= {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
+    return policy, tokenizer, metrics
