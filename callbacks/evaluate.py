@@ -8,12 +8,10 @@ from __future__ import annotations
 import lightning as L
 from torchmetrics import MeanMetric
 
-from callbacks.logging import log_now
+from callbacks.logging import log_now, say
 from data_modules.tasks.base import Task, encode_prompt
 from models.generation import HFGenerator
 from rewards.base import RewardSource
-
-
 
 
 def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: RewardSource,
@@ -45,6 +43,8 @@ class HeldOutEvaluation(L.Callback):
                           self.verifier, self.num_examples)
         self.history.append((trainer.global_step, result["val/accuracy"]))
         log_now(trainer, result)
+        say(trainer, f"[eval] step {trainer.global_step}: held-out greedy accuracy "
+                     f"{result['val/accuracy']:.3f} on {len(self.task.heldout[:self.num_examples])}")
         return result
 
     def on_fit_start(self, trainer, pl_module):

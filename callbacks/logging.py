@@ -9,3 +9,14 @@ def log_now(trainer: L.Trainer, metrics: dict[str, float]) -> None:
     if trainer.is_global_zero:
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
+
+
+def say(trainer: L.Trainer, message: str) -> None:
+    """Print a line on rank 0 without breaking the progress bar."""
+    if not trainer.is_global_zero:
+        return
+    bar = trainer.progress_bar_callback
+    if bar is not None and getattr(bar, "is_enabled", False) and hasattr(bar, "print"):
+        bar.print(message)
+    else:
+        print(message, flush=True)

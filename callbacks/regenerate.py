@@ -93,6 +93,8 @@ class RegenerateExperience(L.Callback):
         log_now(trainer, metrics)
 
     def summary(self) -> dict:
+        if not self.rounds:
+            return {}
         finite = [m for m in self.reward_means if m == m]
         return {"rollout/rounds": self.rounds,
                 "rollout/reward_mean_first": finite[0] if finite else None,

@@ -44,7 +44,9 @@ def _split(user_overrides: list[str]) -> tuple[list[str], list]:
 def _applies(cfg: DictConfig, ov) -> bool:
     if ov.is_add() or ov.is_force_add() or ov.is_delete():
         return True
-    return OmegaConf.select(cfg, ov.key_or_group, default="__missing__") != "__missing__"
+    parent, _, leaf = ov.key_or_group.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return isinstance(node, DictConfig) and leaf in node.keys()  # keys() includes '???' values
 
 
 def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "train") -> list[Stage]:
