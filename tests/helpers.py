@@ -1,0 +1,15 @@
+"""Shared by the tests: the tiny-model overrides and small builders (no network, CPU, seconds)."""
+from __future__ import annotations
+
+TINY_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+              "model.intermediate_size=64"]
+# Everything small: a few steps, a small held-out set, no progress bar, no logger.
+TINY = TINY_MODEL + ["task.num_heldout=20", "callbacks.evaluate.num_examples=20",
+                     "callbacks.progress.refresh_rate=0", "logger=none"]
+
+
+def tiny_model(seed: int = 0):
+    """(policy, tokenizer): the default Llama architecture at its smallest."""
+    from models.tiny import build_tiny
+    return build_tiny(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
+                      max_position_embeddings=64, seed=seed)

@@ -1,0 +1,221 @@
+"""Every config composes and instantiates; stages are planned and validated before anything heavy."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra.errors import HydraException
+from hydra.utils import get_class, get_method, instantiate
+from omegaconf import OmegaConf
+
+from tests.helpers import TINY, TINY_MODEL, tiny_model
+from trainers.pipeline import build, build_callbacks, build_loggers, plan_stages, set_run_fields
+from trainers.validation import ConfigError
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
+NOT_MODEL = [o for o in TINY if not o.startswith(("model.", "logger="))]  # for model=hf
+CHOICES = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
+
+
+@pytest.fixture
+def jsonl_file(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(30)))
+    return str(path)
+
+
+def required(group: str, choice: str, jsonl: str, model_dir: str = "/nonexistent") -> list[str]:
+    """The keys a choice cannot do without (and sft's data: see test_algorithm_sft_alone_is_one_stage)."""
+    return {("model", "hf"): [f"model.name_or_path={model_dir}"],
+            ("task", "jsonl"): [f"task.train_path={jsonl}"],
+            ("algorithm", "sft"): ["data=demonstrations"]}.get((group, choice), [])
+
+
+def test_every_group_has_choices():
+    assert {"algorithm", "data", "task", "reward", "model", "generator", "hardware", "logger", "callbacks",
+            "experiment"} <= set(GROUPS)
+    assert len(CHOICES) >= 18
+
+
+@pytest.mark.parametrize("group,choice", CHOICES, ids=[f"{g}={c}" for g, c in CHOICES])
+def test_every_choice_composes_and_resolves(hydra_conf, tmp_path, jsonl_file, group, choice):
+    """Each file composes, and the whole config resolves with no '???' left once train.py's run fields
+    are filled in; every `_target_` in it imports."""
+    cfg = hydra_conf([f"{group}={choice}"] + required(group, choice, jsonl_file))
+    set_run_fields(cfg, tmp_path, "stage", "group", "name")
+    resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    assert "trainer" in resolved and resolved["trainer"]["reload_dataloaders_every_n_epochs"] == 1
+    if group == "hardware":
+        assert resolved["trainer"]["accelerator"] == choice
+    elif group == "experiment":
+        assert isinstance(resolved["stages"], list)
+    elif group not in ("logger",):
+        assert resolved[group], f"{group}={choice} composed to an empty node"
+
+    def targets(node):
+        if isinstance(node, dict):
+            if "_target_" in node:
+                yield node["_target_"]
+            for v in node.values():
+                yield from targets(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from targets(v)
+
+    for target in targets(resolved):
+        try:
+            get_class(target)
+        except Exception:
+            get_method(target)  # a function target
+
+
+def test_algorithm_and_data_nodes_build_with_live_objects(hydra_conf, jsonl_file):
+    """build() passes the live policy/task/tokenizer through; every algorithm and data choice builds."""
+    import data_modules.base
+    import trainers.base
+    policy, tok = tiny_model()
+    for alg in sorted(f.stem for f in (CONF / "algorithm").glob("*.yaml")):
+        cfg = hydra_conf([f"algorithm={alg}"] + TINY)
+        module = build(cfg.algorithm, policy=policy, tokenizer=tok)
+        assert isinstance(module, trainers.base.PolicyModule) and module.policy is policy
+        assert module.algorithm_name == alg and module.temperature == cfg.algorithm.temperature
+    grpo_cfg = hydra_conf(["algorithm=grpo"] + TINY)
+    task = instantiate(grpo_cfg.task)
+    for data in sorted(f.stem for f in (CONF / "data").glob("*.yaml")):
+        cfg = hydra_conf([f"data={data}", "algorithm=grpo"] + TINY)
+        dm = build(cfg.data, task=task, tokenizer=tok)
+        assert isinstance(dm, data_modules.base.ExperienceDataModule)
+        assert dm.task is task and dm.tokenizer is tok and dm.batch_size == cfg.data.batch_size
+
+
+def test_task_reward_generator_callbacks_loggers_model_instantiate(hydra_conf, tmp_path, jsonl_file):
+    from callbacks.evaluate import HeldOutEvaluation
+    from callbacks.regenerate import RegenerateExperience
+    from models.generation import HFGenerator
+    from rewards.base import RewardSource
+    policy, tok = tiny_model()
+    policy.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    cfg = hydra_conf(["task=jsonl", f"task.train_path={jsonl_file}", "model=hf",
+                      f"model.name_or_path={tmp_path / 'm'}", "logger=csv"] + NOT_MODEL)
+    set_run_fields(cfg, tmp_path, "sft", "g", "n")
+    task = instantiate(cfg.task)
+    assert len(task.heldout) == 20 and len(task.train) == 10
+    assert len(instantiate(hydra_conf(TINY).task).heldout) == 20  # the arithmetic default
+    reward, gen = instantiate(cfg.reward), instantiate(cfg.generator)
+    assert isinstance(reward, RewardSource) and isinstance(gen, HFGenerator)
+    assert reward.score(["1+1="], ["2"], task.train[:1]) in ([0.0], [1.0])
+    cbs = build_callbacks(cfg, gen, reward, task)
+    regen = next(c for c in cbs if isinstance(c, RegenerateExperience))
+    ev = next(c for c in cbs if isinstance(c, HeldOutEvaluation))
+    assert regen.generator is gen and regen.reward is reward and ev.task is task and ev.generator is gen
+    assert ev.num_examples == 20
+    [csv] = build_loggers(cfg)
+    assert Path(csv.log_dir) == tmp_path / "csv" / "sft"
+    assert build_loggers(hydra_conf(["logger=none"])) == []
+    model, mtok = instantiate(cfg.model)
+    assert model.config.hidden_size == 32 and mtok.pad_token_id == tok.pad_token_id
+    tiny, _ = instantiate(hydra_conf(TINY_MODEL).model)
+    assert tiny.config.num_hidden_layers == 1
+
+
+# ---------------------------------------------------------------- stage planning
+def plan(hydra_conf, overrides):
+    return plan_stages(hydra_conf(overrides), overrides)
+
+
+def test_default_plan_is_sft_then_grpo(hydra_conf):
+    stages = plan(hydra_conf, [])
+    assert [s.name for s in stages] == ["sft", "grpo"]
+    sft, grpo = (s.cfg for s in stages)
+    assert sft.algorithm._target_ == "trainers.sft.SFTModule"
+    assert sft.data._target_.endswith("DemonstrationsDataModule")
+    assert grpo.algorithm._target_ == "trainers.grpo.GRPOModule"
+    assert grpo.data._target_.endswith("FreshRolloutsDataModule")
+    assert (sft.trainer.max_steps, grpo.trainer.max_steps) == (300, 120)
+    assert all(s.task is not None and s.task.train for s in stages)
+
+
+def test_user_key_override_wins_over_stage_overrides(hydra_conf):
+    stages = plan(hydra_conf, ["trainer.max_steps=7", "seed=5"])
+    assert [(s.cfg.trainer.max_steps, s.cfg.seed) for s in stages] == [(7, 5), (7, 5)]
+    assert stages[0].cfg.algorithm.scheduler.num_training_steps == 7  # interpolations follow
+
+
+def test_key_override_applies_only_to_stages_that_have_the_key(hydra_conf):
+    sft, grpo = plan(hydra_conf, ["algorithm.beta=0.0"])
+    assert grpo.cfg.algorithm.beta == 0.0
+    assert "beta" not in sft.cfg.algorithm
+
+
+def test_naming_an_algorithm_runs_it_alone(hydra_conf):
+    [stage] = plan(hydra_conf, ["algorithm=dr_grpo"])
+    assert stage.name == "dr_grpo" and stage.cfg.algorithm.loss_agg_mode == "seq_mean_token_sum_norm"
+    assert stage.cfg.algorithm.advantage.scale_by_std is False
+    [stage] = plan(hydra_conf, ["algorithm=sft", "data=demonstrations"])
+    assert stage.name == "sft" and stage.cfg.trainer.max_steps == 100  # the base default, no stage's
+
+
+@pytest.mark.xfail(reason="BUG: `algorithm=sft` alone keeps data=fresh_rollouts, whose group_size "
+                          "interpolates ${algorithm.group_size}: validate() crashes with an omegaconf "
+                          "InterpolationKeyError instead of planning one sft stage (or a ConfigError)",
+                   strict=True)
+def test_algorithm_sft_alone_is_one_stage(hydra_conf):
+    [stage] = plan(hydra_conf, ["algorithm=sft"])
+    assert stage.name == "sft" and stage.cfg.algorithm._target_ == "trainers.sft.SFTModule"
+
+
+@pytest.mark.xfail(reason="BUG: a key override that exists only in a non-default stage's config "
+                          "(data.max_examples, sft's data) is rejected by Hydra's composition of the "
+                          "top-level config (data=fresh_rollouts) before plan_stages sees it",
+                   strict=True)
+def test_stage_only_key_override_from_the_command_line(hydra_conf):
+    """What `python train.py data.max_examples=50` does: @hydra.main composes the base config with the
+    overrides (this is where it fails), then train.py calls plan_stages."""
+    sft, grpo = plan(hydra_conf, ["data.max_examples=50"])
+    assert sft.cfg.data.max_examples == 50 and "max_examples" not in grpo.cfg.data
+
+
+def test_misspelled_key_names_it(hydra_conf):
+    with pytest.raises(ConfigError, match=r"algorithm\.betta"):
+        plan_stages(hydra_conf([]), ["algorithm.betta=0.1"])
+
+
+def test_misspelled_group_choice_is_a_hydra_error_naming_it(hydra_conf):
+    with pytest.raises(HydraException, match="grpoo"):
+        hydra_conf(["algorithm=grpoo"])
+    with pytest.raises(HydraException, match="grpoo"):
+        plan_stages(hydra_conf([]), ["algorithm=grpoo"])
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["algorithm.group_size=0"], "algorithm.group_size"),
+    (["algorithm.group_size=1"], "algorithm.group_size"),
+    (["data.prompts_per_round=3", "data.batch_size=16"], "data.batch_size"),
+    (["algorithm.beta=-0.1"], "algorithm.beta"),
+    (["trainer.max_steps=0"], "trainer.max_steps"),
+    (["generator.temperature=0"], "generator.temperature"),
+    (["algorithm=grpo", "algorithm.epochs_per_round=0"], "algorithm.epochs_per_round"),
+])
+def test_invalid_values_raise_config_error_naming_the_key(hydra_conf, overrides, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        plan(hydra_conf, overrides)
+
+
+@pytest.mark.xfail(reason="BUG: algorithm=grpo with data=demonstrations (`python train.py data=demonstrations`) "
+                          "is planned without complaint; the records have no behaviour log-probs, collate "
+                          "fills 0.0, and GRPO trains on ratio = exp(logp - 0) with all-zero advantages",
+                   strict=True)
+def test_grpo_on_demonstrations_is_refused(hydra_conf):
+    with pytest.raises(ConfigError, match="data"):
+        plan(hydra_conf, ["data=demonstrations"])
+
+
+@pytest.mark.xfail(reason="BUG (DESIGN §10: missing files are found before anything heavy): a missing "
+                          "model.name_or_path passes plan_stages and only fails in run_stage, after "
+                          "train.py has written config.yaml", strict=True)
+def test_missing_model_dir_is_found_when_planning(hydra_conf):
+    with pytest.raises((ConfigError, FileNotFoundError), match="model.name_or_path"):
+        plan(hydra_conf, ["model=hf", "model.name_or_path=/nonexistent/model"])

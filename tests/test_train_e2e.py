@@ -1,0 +1,103 @@
+"""`python train.py` end to end, as a user runs it: a subprocess with a tiny config (each ~10-30 s)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests.helpers import TINY_MODEL
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = TINY_MODEL + ["trainer.max_steps=4", "data.prompts_per_round=4", "data.batch_size=32",
+                      "task.num_heldout=20", "callbacks.evaluate.num_examples=20",
+                      "callbacks.progress.refresh_rate=0", "generator.max_new_tokens=6"]
+
+
+def train(*args: str, wandb_mode: str = "disabled", timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MASTER_PORT", "MASTER_ADDR", "LOCAL_RANK", "RANK", "WORLD_SIZE", "WANDB_API_KEY")}
+    env |= {"WANDB_MODE": wandb_mode, "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def check_run_dir(out: Path) -> dict:
+    assert (out / "config.yaml").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary) == ["sft", "grpo"]
+    for stage in summary.values():
+        for key in ("val/accuracy_before", "val/accuracy_after", "wall_seconds"):
+            assert key in stage, key
+        assert 0.0 <= stage["val/accuracy_after"] <= 1.0 and stage["wall_seconds"] > 0
+        assert stage["train/steps"] == 4
+    grpo = summary["grpo"]
+    assert "rollout/reward_mean" in grpo and grpo["cost/generated_tokens"] > 0
+    assert grpo["rollout/rounds"] == 4  # 4 prompts × 8 samples / 32 per step = 1 step a round
+    return summary
+
+
+def test_train_two_stages_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    proc = train(*SMALL, "logger=csv", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_run_dir(out)
+    config = (out / "config.yaml").read_text()
+    assert "trainers.sft.SFTModule" in config and "trainers.grpo.GRPOModule" in config
+    # the final policy loads with transformers alone and generates
+    model = AutoModelForCausalLM.from_pretrained(out / "policy", local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(out / "policy", local_files_only=True)
+    assert model.config.hidden_size == 32 and tok.pad_token_id != tok.eos_token_id
+    ids = torch.tensor([tok("12+34=")["input_ids"]])
+    assert torch.isfinite(model(ids).logits).all()
+    # one metrics.csv per stage
+    for stage, key in (("sft", "train/loss"), ("grpo", "rollout/reward_mean")):
+        rows = list(csv.DictReader((out / "csv" / stage / "metrics.csv").open()))
+        assert rows and key in rows[0], (stage, list(rows[0]) if rows else None)
+        assert any(r[key] not in ("", None) for r in rows)
+        assert any(r.get("val/accuracy") not in ("", None) for r in rows)
+
+
+def test_multirun_sweep_writes_one_dir_and_wandb_run_per_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = train("-m", "seed=1,2", *SMALL, "logger=wandb", f"hydra.sweep.dir={sweep}",
+                 wandb_mode="offline", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = []
+    for job, seed in (("0", 1), ("1", 2)):
+        check_run_dir(sweep / job)
+        assert f"seed: {seed}\n" in (sweep / job / "config.yaml").read_text()
+        offline = sorted((sweep / job / "wandb").glob("offline-run-*"))
+        assert len(offline) == 1, offline
+        runs.append(offline[0].name.rsplit("-", 1)[-1])
+    assert runs[0] != runs[1]  # one W&B run per job, not one shared run
+
+
+def test_bad_override_fails_before_touching_the_run_dir(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text("keep")
+    proc = train("algorithm.group_size=0", "logger=none", f"hydra.run.dir={out}")
+    assert proc.returncode != 0
+    err = proc.stdout + proc.stderr
+    assert "ConfigError" in err and "- algorithm.group_size=0" in err, err[-2000:]  # the validator's line
+    assert (out / "summary.json").read_text() == "keep"
+    assert not (out / "policy").exists() and not (out / "config.yaml").exists()
+
+
+def test_train_refuses_a_dir_holding_a_finished_run(hydra_conf, tmp_path):
+    """In-process (no subprocess): a valid config but an output dir with summary.json is refused."""
+    import train as train_py
+    from trainers.validation import ConfigError
+    (tmp_path / "summary.json").write_text("keep")
+    with pytest.raises(ConfigError, match="summary.json"):
+        train_py.train(hydra_conf([]), [], tmp_path, "group", "name")
+    assert (tmp_path / "summary.json").read_text() == "keep"
+    assert not (tmp_path / "config.yaml").exists()
