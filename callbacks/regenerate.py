@@ -12,7 +12,7 @@ import time
 import lightning as L
 from torchmetrics import MeanMetric
 
-from callbacks.logging import log_now
+from callbacks.logging import log_now, say
 from data_modules.experience import ExperienceRecord, Provenance
 from models.generation import HFGenerator
 from rewards.base import RewardSource, safe_score
@@ -49,8 +49,13 @@ class RegenerateExperience(L.Callback):
             in zip(prompts, out.completions, out.logprobs, texts, report.scores)
             if score is not None
         ]
-        records = pl_module.annotate(records)
-        dm.put(records)
+        if records:
+            dm.put(pl_module.annotate(records))
+        else:  # every sample abstained: the previous round is served again; the run goes on
+            say(trainer, f"[rollout] every sample of round {self.rounds + 1} was dropped "
+                         f"({report.first_error or 'reward abstained'}); serving the previous round")
+            if not dm.epoch_records():
+                raise RuntimeError(f"the first round has no scored sample: {report.first_error}")
         self._account(trainer, pl_module, prompts, out, report, records)
         return records
 

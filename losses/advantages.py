@@ -14,6 +14,8 @@ def group_relative_advantages(
     (Liu et al. 2025). std is the population std. Returns advantages [N] and {"frac_zero_std": share of
     groups whose rewards are all equal: they carry no learning signal}.
     """
+    if rewards.numel() == 0:
+        return rewards.float(), {"frac_zero_std": torch.tensor(float("nan"))}
     _, inv = torch.unique(group_ids, return_inverse=True)
     n_groups = int(inv.max()) + 1
     r = rewards.float()

@@ -8,7 +8,7 @@ def nll_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, 
     """Per-token NLL: loss[b, t] = -logprobs[b, t].
 
     logprobs [B, T] of the demonstration tokens, mask [B, T]. Returns the unreduced loss [B, T] and
-    metrics {"token_accuracy_proxy": mean prob of the target token} (detached).
+    metrics {"target_prob": mean probability of the target token} (detached).
     """
     loss = -logprobs
     prob = (logprobs.detach().exp() * mask).sum() / mask.sum().clamp_min(1.0)

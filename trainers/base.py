@@ -20,11 +20,11 @@ class NonFiniteLossError(RuntimeError):
 class PolicyModule(L.LightningModule):
     """Holds the policy; subclasses implement `training_step` (and `annotate` for online data)."""
 
-    def __init__(self, name: str, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                 optimizer: Callable, scheduler: Callable | None, temperature: float,
-                 max_nonfinite: int):
+    def __init__(self, name: str, default_data: str, policy: PreTrainedModel,
+                 tokenizer: PreTrainedTokenizerBase, optimizer: Callable, scheduler: Callable | None,
+                 temperature: float, max_nonfinite: int):
         super().__init__()
-        self.algorithm_name = name
+        self.algorithm_name, self.default_data = name, default_data
         self.policy, self.tokenizer = policy, tokenizer
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.temperature = temperature

@@ -2,7 +2,8 @@
 
 A stage's config = the base config + the stage's overrides + the user's command line (the user wins).
 A user key override (`algorithm.beta=0`) goes to the stages whose config has that key, and must match
-at least one. Naming `algorithm=` or `data=` without `experiment=` runs that one algorithm alone.
+at least one. A key that exists only in a later stage's group (e.g. `data.max_examples` of the SFT
+stage's demonstrations) is written `++data.max_examples=50`, since Hydra first composes the base config. Naming `algorithm=` or `data=` without `experiment=` runs that one algorithm alone.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _split(user_overrides: list[str]) -> tuple[list[str], list]:
 
 
 def _applies(cfg: DictConfig, ov) -> bool:
-    if ov.is_add() or ov.is_force_add() or ov.is_delete():
+    if ov.is_add() or ov.is_delete():
         return True
     parent, _, leaf = ov.key_or_group.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
@@ -54,6 +55,8 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     groups, keys = _split(user_overrides)
     chosen = {g.split("=")[0].lstrip("+~") for g in groups}
     single = not cfg.stages or (chosen & set(STAGE_GROUPS) and "experiment" not in chosen)
+    if single and "data" not in chosen:  # algorithm=sft alone → its own data source
+        groups.append(f"data={cfg.algorithm.default_data}")
     specs = [{"name": None, "overrides": []}] if single else list(cfg.stages)
     stages, used = [], set()
     for spec in specs:

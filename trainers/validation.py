@@ -1,40 +1,68 @@
 """Checks on a composed config before anything heavy is built. Every message names the key at fault."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 
 class ConfigError(ValueError):
     pass
 
 
-def _get(cfg: DictConfig, key: str):
-    return OmegaConf.select(cfg, key, default=None)
+def _get(cfg: DictConfig, key: str, errors: list[str]):
+    try:
+        return OmegaConf.select(cfg, key, default=None)
+    except InterpolationResolutionError as e:
+        errors.append(f"{key} does not resolve ({e.__class__.__name__}: {str(e).splitlines()[0]}); "
+                      f"algorithm={_raw(cfg, 'algorithm.name')} may not fit data={_raw(cfg, 'data._target_')}")
+        return None
 
 
-def _positive(cfg: DictConfig, key: str, errors: list[str]) -> None:
-    value = _get(cfg, key)
-    if value is not None and (not isinstance(value, (int, float)) or value <= 0):
-        errors.append(f"{key}={value!r} must be a positive number")
+def _raw(cfg: DictConfig, key: str):
+    return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+
+
+def _check_numbers(cfg: DictConfig, errors: list[str]) -> None:
+    for key in ("algorithm.group_size", "algorithm.epochs_per_round", "data.batch_size",
+                "data.prompts_per_round", "trainer.max_steps", "generator.max_new_tokens",
+                "generator.temperature"):
+        value = _get(cfg, key, errors)
+        if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+            errors.append(f"{key}={value!r} must be a positive number")
+    beta = _get(cfg, "algorithm.beta", errors)
+    if beta is not None and beta < 0:
+        errors.append(f"algorithm.beta={beta} must be ≥ 0")
+
+
+def _check_rounds(cfg: DictConfig, errors: list[str]) -> None:
+    group = _get(cfg, "algorithm.group_size", errors)
+    prompts, batch = _get(cfg, "data.prompts_per_round", errors), _get(cfg, "data.batch_size", errors)
+    if group is None or errors:
+        return
+    if prompts is None:
+        errors.append(f"algorithm={cfg.algorithm.name} learns from groups of its own samples, but "
+                      f"data={cfg.data._target_} makes no rollouts: use data=fresh_rollouts")
+        return
+    if group < 2:
+        errors.append(f"algorithm.group_size={group}: group-relative advantages need at least 2")
+    elif (prompts * group) % batch:
+        errors.append(f"data.prompts_per_round × algorithm.group_size = {prompts} × {group} = "
+                      f"{prompts * group} records per round is not divisible by data.batch_size={batch}")
+
+
+def _check_files(cfg: DictConfig, errors: list[str]) -> None:
+    path = _raw(cfg, "model.name_or_path")
+    if isinstance(path, str) and path != "???" and not Path(path).is_dir():
+        errors.append(f"model.name_or_path={path!r}: no such local directory (nothing is downloaded)")
 
 
 def validate(cfg: DictConfig, stage: str) -> None:
     """Raise ConfigError listing every problem found in stage `stage`'s config."""
     errors: list[str] = []
-    for key in ("algorithm.group_size", "algorithm.epochs_per_round", "data.batch_size",
-                "data.prompts_per_round", "trainer.max_steps", "generator.max_new_tokens",
-                "generator.temperature"):
-        _positive(cfg, key, errors)
-    group, prompts, batch = (_get(cfg, k) for k in
-                             ("data.group_size", "data.prompts_per_round", "data.batch_size"))
-    if not errors and prompts is not None and group is not None:
-        if group < 2 and "grpo" in str(_get(cfg, "algorithm._target_")).lower():
-            errors.append(f"algorithm.group_size={group}: group-relative advantages need at least 2")
-        if (prompts * group) % batch:
-            errors.append(
-                f"data.prompts_per_round × algorithm.group_size = {prompts} × {group} = {prompts * group}"
-                f" records per round is not divisible by data.batch_size={batch}")
-    if _get(cfg, "algorithm.beta") is not None and cfg.algorithm.beta < 0:
-        errors.append(f"algorithm.beta={cfg.algorithm.beta} must be ≥ 0")
+    _check_numbers(cfg, errors)
+    _check_rounds(cfg, errors)
+    _check_files(cfg, errors)
     if errors:
         raise ConfigError(f"invalid config for stage {stage!r}:\n  - " + "\n  - ".join(errors))

@@ -121,9 +121,6 @@ def test_group_relative_advantages_order_invariant():
     assert close(adv_p, adv[perm])
 
 
-@pytest.mark.xfail(reason="BUG: losses/advantages.py: int(inv.max()) on an empty tensor raises; a round in "
-                          "which the reward source abstained on every sample crashes GRPO.annotate",
-                   strict=True)
 def test_group_relative_advantages_empty_round():
     """A round where every sample was dropped (reward abstained) has no records: zero advantages out."""
     adv, _ = group_relative_advantages(torch.tensor([]), torch.tensor([], dtype=torch.long))
