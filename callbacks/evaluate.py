@@ -1,7 +1,7 @@
 """Held-out evaluation: greedy decoding on the task's held-out examples, scored by the exact verifier.
 
 Runs at fit start (the "before" number), every `every_n_steps` optimizer steps, and at train end (the
-"after" number). Accuracy is aggregated with torchmetrics so it syncs across ranks.
+"after" number). Every rank evaluates the same examples; only rank 0 logs and prints.
 """
 from __future__ import annotations
 

@@ -27,11 +27,11 @@ class RunSummary:
         keys = ["val/accuracy_before", "val/accuracy_after", "rollout/reward_mean_first",
                 "rollout/reward_mean", "cost/generated_tokens", "train/steps", "wall_seconds"]
         table = Table(title="policyshift run summary")
-        table.add_column("stage")
+        table.add_column("metric")
+        for name in self.stages:
+            table.add_column(name, justify="right")
         for k in keys:
-            table.add_column(k, justify="right")
-        for name, m in self.stages.items():
-            table.add_row(name, *[_fmt(m.get(k)) for k in keys])
+            table.add_row(k, *[_fmt(m.get(k)) for m in self.stages.values()])
         return table
 
     def print(self) -> None:

@@ -19,6 +19,7 @@ class ExperienceDataModule(L.LightningDataModule):
     """
 
     online = False
+    passes = 1  # times an epoch serves its records (GRPO/PPO's μ for online data)
 
     def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, seed: int):
         super().__init__()
@@ -28,8 +29,6 @@ class ExperienceDataModule(L.LightningDataModule):
 
     def epoch_records(self) -> list[ExperienceRecord]:
         raise NotImplementedError
-
-    passes = 1
 
     def train_dataloader(self) -> DataLoader:
         records = self.epoch_records()

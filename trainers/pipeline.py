@@ -3,7 +3,8 @@
 A stage's config = the base config + the stage's overrides + the user's command line (the user wins).
 A user key override (`algorithm.beta=0`) goes to the stages whose config has that key, and must match
 at least one. A key that exists only in a later stage's group (e.g. `data.max_examples` of the SFT
-stage's demonstrations) is written `++data.max_examples=50`, since Hydra first composes the base config. Naming `algorithm=` or `data=` without `experiment=` runs that one algorithm alone.
+stage's demonstrations) is written `++data.max_examples=50`, since Hydra first composes the base
+config. Naming `algorithm=` or `data=` without `experiment=` runs that one algorithm alone.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import lightning as L
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -73,7 +75,10 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
         raise ConfigError(f"override(s) {unused} match no key in any stage's config "
                           f"(stages: {[s.name for s in stages]}); check the spelling")
     for stage in stages:  # cheap, and catches missing/malformed task files before any model
-        stage.task = instantiate(stage.cfg.task)
+        try:
+            stage.task = instantiate(stage.cfg.task)
+        except InstantiationException as e:  # show the file:line message, not Hydra's wrapper
+            raise ConfigError(f"task ({stage.cfg.task._target_}): {e.__cause__ or e}") from None
     return stages
 
 
