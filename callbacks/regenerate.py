@@ -25,6 +25,8 @@ class RegenerateExperience(L.Callback):
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "generation_seconds": 0.0,
                        "records_generated": 0, "records_dropped": 0, "reward_errors": 0}
         self.reward_means: list[float] = []
+        self.source_means: dict[str, list[float]] = {}  # per reward source (and gold), one mean a round
+        self.abstained = self.timeouts = 0
         self.first_error: str | None = None
 
     def on_fit_start(self, trainer, pl_module):
@@ -42,12 +44,14 @@ class RegenerateExperience(L.Callback):
         out = self.generator.sample(pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts])
         texts = dm.tokenizer.batch_decode(out.completions, skip_special_tokens=True)
         examples = [ex for ex, _, _ in prompts]
+        getattr(self.reward, "to", lambda device: None)(pl_module.device)  # models on the policy's device
         report = safe_score(self.reward, [ex.prompt for ex in examples], texts, examples)
         records = [
-            self._record(pl_module, ex, ids, gid, comp, lp, text, score)
-            for (ex, ids, gid), comp, lp, text, score
-            in zip(prompts, out.completions, out.logprobs, texts, report.scores)
-            if score is not None
+            self._record(pl_module, ex, ids, gid, comp, lp, text, score,
+                         {name: scores[i] for name, scores in report.per_source.items()})
+            for i, ((ex, ids, gid), comp, lp, text, score)
+            in enumerate(zip(prompts, out.completions, out.logprobs, texts, report.scores))
+            if score is not None  # None: abstained (or the source failed): dropped, counted
         ]
         if records:
             dm.put(pl_module.annotate(records))
@@ -59,7 +63,7 @@ class RegenerateExperience(L.Callback):
         self._account(trainer, pl_module, prompts, out, report, records)
         return records
 
-    def _record(self, pl_module, ex, prompt_ids, gid, completion, logprobs, text, score):
+    def _record(self, pl_module, ex, prompt_ids, gid, completion, logprobs, text, score, per_source):
         prov = Provenance(source="policy_rollout", created_step=pl_module.policy_version,
                           policy_version=pl_module.policy_version, generator=self.generator.name,
                           sampling=self.generator.sampling, reward_source=self.reward.name,
@@ -67,7 +71,7 @@ class RegenerateExperience(L.Callback):
         return ExperienceRecord(prompt_ids=prompt_ids, completion_ids=completion, provenance=prov,
                                 group_id=gid, prompt_text=ex.prompt, completion_text=text,
                                 answer=ex.answer, behaviour_logprobs=logprobs,
-                                rewards={self.reward.name: score}, reward=score)
+                                rewards=per_source | {self.reward.name: score}, reward=score)
 
     def _account(self, trainer, pl_module, prompts, out, report, records):
         reward = MeanMetric()
@@ -82,13 +86,26 @@ class RegenerateExperience(L.Callback):
         t["records_generated"] += len(out.completions)
         t["records_dropped"] += len(out.completions) - len(records)
         t["reward_errors"] += report.errors
+        self.abstained += report.abstained
+        self.timeouts += report.timeouts
+        if report.first_error and self.first_error is None:
+            say(trainer, f"[reward] first error (the run goes on; samples dropped): {report.first_error}")
         self.first_error = self.first_error or report.first_error
         self.rounds += 1
         self.reward_means.append(mean)
+        source_means = {}
+        for name, scores in report.per_source.items():  # each source apart; `gold` is logged, not trained on
+            finite = [x for x in scores if x is not None]
+            source_means[name] = sum(finite) / len(finite) if finite else float("nan")
+            self.source_means.setdefault(name, []).append(source_means[name])
         metrics = {
             "rollout/reward_mean": mean,
             "rollout/response_len_mean": gen_tokens / max(len(out.completions), 1),
             "rollout/reward_abstained": float(report.abstained),
+            "rollout/reward_errors": float(report.errors),
+            "rollout/reward_timeouts": float(report.timeouts),
+            **{f"rollout/reward/{name}": m for name, m in source_means.items()},
+            **{k: float(v) for k, v in self._reward_stats().items() if isinstance(v, (int, float))},
             "rollout/round": float(self.rounds),
             "cost/generated_tokens": float(t["generated_tokens"]),
             "cost/generation_seconds": t["generation_seconds"],
@@ -97,12 +114,26 @@ class RegenerateExperience(L.Callback):
         metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
         log_now(trainer, metrics)
 
+    def _reward_stats(self) -> dict:
+        return getattr(self.reward, "stats", dict)()
+
     def summary(self) -> dict:
         if not self.rounds:
             return {}
         finite = [m for m in self.reward_means if m == m]
+        per_source = {}
+        for name, curve in self.source_means.items():
+            seen = [m for m in curve if m == m]
+            per_source |= {f"rollout/reward/{name}_first": seen[0] if seen else None,
+                           f"rollout/reward/{name}": seen[-1] if seen else None,
+                           f"rollout/reward_curve/{name}": [m if m == m else None for m in curve]}
         return {"rollout/rounds": self.rounds,
                 "rollout/reward_mean_first": finite[0] if finite else None,
                 "rollout/reward_mean": finite[-1] if finite else None,
+                "rollout/reward_curve": [m if m == m else None for m in self.reward_means],
+                "rollout/reward_abstained": self.abstained,
+                "rollout/reward_timeouts": self.timeouts,
+                **per_source,
                 **{f"cost/{k}": v for k, v in self.totals.items()},
+                **self._reward_stats(),
                 **({"rollout/first_reward_error": self.first_error} if self.first_error else {})}

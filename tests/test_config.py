@@ -30,7 +30,10 @@ def required(group: str, choice: str, jsonl: str, model_dir: str = "/nonexistent
     """The keys a choice cannot do without (and sft's data: see test_algorithm_sft_alone_is_one_stage)."""
     return {("model", "hf"): [f"model.name_or_path={model_dir}"],
             ("task", "jsonl"): [f"task.train_path={jsonl}"],
-            ("algorithm", "sft"): ["data=demonstrations"]}.get((group, choice), [])
+            ("algorithm", "sft"): ["data=demonstrations"],
+            **{("algorithm", a): ["data=static_preferences"] for a in ("dpo", "ipo", "kto", "reward_model")},
+            ("data", "checkpoint_preferences"): [f"data.synthetic.checkpoint={model_dir}"],
+            }.get((group, choice), [])
 
 
 def test_every_group_has_choices():
@@ -84,6 +87,8 @@ def test_algorithm_and_data_nodes_build_with_live_objects(hydra_conf, jsonl_file
     grpo_cfg = hydra_conf(["algorithm=grpo"] + TINY)
     task = instantiate(grpo_cfg.task)
     for data in sorted(f.stem for f in (CONF / "data").glob("*.yaml")):
+        if data == "checkpoint_preferences":  # samples a saved policy: built in tests/data_modules/test_preferences.py
+            continue
         cfg = hydra_conf([f"data={data}", "algorithm=grpo"] + TINY)
         dm = build(cfg.data, task=task, tokenizer=tok)
         assert isinstance(dm, data_modules.base.ExperienceDataModule)
@@ -134,7 +139,7 @@ def test_default_plan_is_sft_then_grpo(hydra_conf):
     assert sft.data._target_.endswith("DemonstrationsDataModule")
     assert grpo.algorithm._target_ == "trainers.grpo.GRPOModule"
     assert grpo.data._target_.endswith("FreshRolloutsDataModule")
-    assert (sft.trainer.max_steps, grpo.trainer.max_steps) == (300, 120)
+    assert (sft.trainer.max_steps, grpo.trainer.max_steps) == (3000, 600)
     assert all(s.task is not None and s.task.train for s in stages)
 
 

@@ -78,7 +78,7 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
         try:
             stage.task = instantiate(stage.cfg.task)
         except InstantiationException as e:  # show the file:line message, not Hydra's wrapper
-            raise ConfigError(f"task ({stage.cfg.task._target_}): {e.__cause__ or e}") from None
+            raise ConfigError(f"task ({stage.cfg.task._target_}): {e.__cause__ or e}") from e.__cause__
     return stages
 
 
