@@ -6,15 +6,17 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from models.lora import apply_lora
+
 
 def load_hf(
-    name_or_path: str, dtype: str, trust_remote_code: bool
+    name_or_path: str, dtype: str, trust_remote_code: bool, lora: dict | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM + tokenizer from a local directory.
 
     A missing pad token gets a dedicated new `<pad>` token (the embedding is resized) instead of
     reusing eos, so that padding never masks the real end of a sequence. Prompts are left-padded for
-    batched generation.
+    batched generation. `lora` (LoraConfig fields) wraps the model in a LoRA adapter.
     """
     path = Path(name_or_path)
     if not path.exists():
@@ -31,4 +33,4 @@ def load_hf(
     model.config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     tokenizer.padding_side = "left"
-    return model, tokenizer
+    return apply_lora(model, lora), tokenizer

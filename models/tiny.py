@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from models.lora import apply_lora
 from models.tokenizer import build_char_tokenizer
 
 
@@ -14,11 +15,12 @@ def build_tiny(
     intermediate_size: int,
     max_position_embeddings: int,
     seed: int,
+    lora: dict | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Build a randomly initialised LlamaForCausalLM and its tokenizer, deterministic from `seed`.
 
     The result saves with `save_pretrained` and loads back with `AutoModelForCausalLM` and
-    `AutoTokenizer` alone, no project code needed.
+    `AutoTokenizer` alone, no project code needed. `lora` (LoraConfig fields) wraps it in a LoRA adapter.
     """
     tokenizer = build_char_tokenizer()
     config = LlamaConfig(
@@ -41,4 +43,4 @@ def build_tiny(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
-    return model, tokenizer
+    return apply_lora(model, lora), tokenizer

@@ -66,9 +66,12 @@ class PolicyModule(L.LightningModule):
         return batch.to(device) if isinstance(batch, ExperienceBatch) else super().transfer_batch_to_device(
             batch, device, dataloader_idx)
 
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """What the optimizer updates: the policy's trainable weights (a reward model trains its own)."""
+        return [p for p in self.policy.parameters() if p.requires_grad]
+
     def configure_optimizers(self):
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = self.optimizer_factory(params)
+        opt = self.optimizer_factory(self.trainable_parameters())
         if self.scheduler_factory is None:
             return opt
         return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}

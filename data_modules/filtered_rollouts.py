@@ -1,0 +1,41 @@
+"""On-policy rounds that the algorithm filters in `annotate`: online DPO keeps each prompt's best and
+worst sample as a pair, rejection sampling keeps the best of n above a threshold. So a round's size
+varies, and `batch_size` counts what is kept (pairs or records). A round that kept nothing (every group
+tied) is counted and the previous round is served again; only an empty first round is an error."""
+from __future__ import annotations
+
+from callbacks.logging import say
+from data_modules.fresh_rollouts import FreshRolloutsDataModule
+from data_modules.preferences import collate_records
+
+
+class FilteredRolloutsDataModule(FreshRolloutsDataModule):
+    online = True
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.empty_rounds = 0
+
+    def put(self, records: list) -> None:
+        if records:
+            return super().put(records)
+        self.empty_rounds += 1
+        if not self.buffer.latest():
+            raise RuntimeError("the first round kept nothing: no group of samples was usable (for online "
+                               "DPO every group's rewards tied; for rejection sampling none reached "
+                               "algorithm.threshold). Sample more per prompt (algorithm.group_size), more "
+                               "prompts (data.prompts_per_round), or start from a stronger policy")
+        if self.trainer is not None:
+            say(self.trainer, f"[rollout] round kept nothing ({self.empty_rounds} so far); serving the previous one")
+
+    def _collate(self, records: list):
+        for r in records:
+            r.provenance.times_used += 1
+        return collate_records(records, self.tokenizer.pad_token_id)
+
+    def state_dict(self) -> dict:
+        return super().state_dict() | {"empty_rounds": self.empty_rounds}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.empty_rounds = state.get("empty_rounds", 0)

@@ -1,0 +1,230 @@
+"""Preference rows from local files: JSON lines, Parquet, or a `datasets.save_to_disk` folder.
+
+Two forms, told apart by their columns (the names are configurable):
+    paired    {prompt, chosen, rejected}        DPO, IPO, reward model (KTO splits each pair in two)
+    unpaired  {prompt, completion, label}       KTO; label must be a JSON boolean
+Each text is either plain text or chat messages ([{"role": ..., "content": ...}, ...]); chat rows go
+through the tokenizer's chat template (a prompt with the generation prompt appended, a completion as
+the template's continuation of it). A paired chat row may omit the prompt column when chosen and
+rejected are whole conversations sharing every turn but the last (the "implicit prompt" form).
+
+Every bad row is a `PreferenceDataError` naming the file and the row (`file:line` for JSON lines,
+`file row i` (0-based) for tables), unless `skip_bad_rows` is set: then it is skipped and counted.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from data_modules.experience import Provenance
+from data_modules.preferences import PreferenceRecord, UnpairedRecord
+from data_modules.tasks.base import encode_completion, encode_prompt
+
+
+class PreferenceDataError(ValueError):
+    """A preference file or row is unusable; the message names the file and the row."""
+
+
+def read_rows(path: str, split: str) -> list[tuple[str, dict]]:
+    """[(location, row)] from a .jsonl/.json-lines file, a .parquet file or a save_to_disk folder."""
+    p = Path(path)
+    if p.is_dir():
+        return _read_saved_dataset(p, split)
+    if not p.is_file():
+        raise PreferenceDataError(f"{path}: no such file or directory")
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+        try:
+            rows = pq.read_table(p).to_pylist()
+        except Exception as e:  # pyarrow raises several types for a corrupt file
+            raise PreferenceDataError(f"{path}: not a readable Parquet file ({e})") from None
+        return [(f"{path} row {i}", row) for i, row in enumerate(rows)]
+    return _read_jsonl(p)
+
+
+def _read_jsonl(p: Path) -> list[tuple[str, dict]]:
+    rows = []
+    with p.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise PreferenceDataError(f"{p}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise PreferenceDataError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            rows.append((f"{p}:{lineno}", row))
+    return rows
+
+
+def _read_saved_dataset(p: Path, split: str) -> list[tuple[str, dict]]:
+    from datasets import DatasetDict, load_from_disk
+    try:
+        ds = load_from_disk(str(p))
+    except Exception as e:
+        raise PreferenceDataError(f"{p}: not a datasets.save_to_disk folder ({e})") from None
+    if isinstance(ds, DatasetDict):
+        if split not in ds:
+            raise PreferenceDataError(f"{p}: no split {split!r} (has {sorted(ds)}); set data.split")
+        ds, where = ds[split], f"{p} (split {split})"
+    else:
+        where = str(p)
+    return [(f"{where} row {i}", row) for i, row in enumerate(ds)]
+
+
+@dataclass
+class Columns:
+    prompt: str
+    chosen: str
+    rejected: str
+    completion: str
+    label: str
+
+    def form(self, row: dict) -> str | None:
+        if self.chosen in row and self.rejected in row:
+            return "paired"
+        if self.completion in row and self.label in row:
+            return "unpaired"
+        return None
+
+
+class RowEncoder:
+    """Turns validated rows into records; raises PreferenceDataError naming the row otherwise."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, columns: Columns, chat: bool, source: str):
+        self.tokenizer, self.columns, self.chat, self.source = tokenizer, columns, chat, source
+
+    def encode(self, loc: str, row: dict, form: str, index: int) -> PreferenceRecord | UnpairedRecord:
+        c = self.columns
+        if c.form(row) != form:
+            need = [c.prompt, c.chosen, c.rejected] if form == "paired" else [c.prompt, c.completion, c.label]
+            missing = [k for k in need if k not in row and k != c.prompt]
+            raise PreferenceDataError(f"{loc}: missing column(s) {missing} of the {form} form "
+                                      f"(the file's first row set the form); row has {sorted(row)}")
+        prov = Provenance(source=self.source, created_step=0, origin=loc)
+        if form == "unpaired":
+            return self._unpaired(loc, row, prov, index)
+        return self._paired(loc, row, prov, index)
+
+    def _paired(self, loc, row, prov, index) -> PreferenceRecord:
+        c = self.columns
+        chosen, rejected = _text_or_messages(loc, c.chosen, row), _text_or_messages(loc, c.rejected, row)
+        if c.prompt in row:
+            prompt = _text_or_messages(loc, c.prompt, row)
+        elif isinstance(chosen, list) and isinstance(rejected, list):  # implicit prompt: shared turns
+            prompt, chosen, rejected = chosen[:-1], chosen[-1:], rejected[-1:]
+            if not prompt or prompt != row[c.rejected][:-1]:
+                raise PreferenceDataError(f"{loc}: no {c.prompt!r} column, and {c.chosen!r} and "
+                                          f"{c.rejected!r} do not share every turn but the last")
+        else:
+            raise PreferenceDataError(f"{loc}: missing column {c.prompt!r}; row has {sorted(row)}")
+        if chosen == rejected:
+            raise PreferenceDataError(f"{loc}: {c.chosen!r} and {c.rejected!r} are identical")
+        chat = self._is_chat(loc, prompt, chosen, rejected)
+        prompt_ids = self._prompt_ids(prompt, chat)
+        chosen_ids = self._completion_ids(loc, prompt, prompt_ids, chosen, chat)
+        rejected_ids = self._completion_ids(loc, prompt, prompt_ids, rejected, chat)
+        if chosen_ids == rejected_ids:
+            raise PreferenceDataError(f"{loc}: {c.chosen!r} and {c.rejected!r} encode to the same tokens")
+        return PreferenceRecord(prompt_ids, chosen_ids, rejected_ids, prov, group_id=index,
+                                prompt_text=_show(prompt), chosen_text=_show(chosen),
+                                rejected_text=_show(rejected))
+
+    def _unpaired(self, loc, row, prov, index) -> UnpairedRecord:
+        c = self.columns
+        label = row[c.label]
+        if not isinstance(label, bool):
+            raise PreferenceDataError(f"{loc}: {c.label!r} must be a boolean (true/false), got {label!r}")
+        if c.prompt not in row:
+            raise PreferenceDataError(f"{loc}: missing column {c.prompt!r}; row has {sorted(row)}")
+        prompt, completion = _text_or_messages(loc, c.prompt, row), _text_or_messages(loc, c.completion, row)
+        chat = self._is_chat(loc, prompt, completion)
+        prompt_ids = self._prompt_ids(prompt, chat)
+        ids = self._completion_ids(loc, prompt, prompt_ids, completion, chat)
+        return UnpairedRecord(prompt_ids, ids, label, [], prov, group_id=index, prompt_text=_show(prompt),
+                              completion_text=_show(completion))
+
+    def _is_chat(self, loc: str, *values) -> bool:
+        """Chat rows (any message list, or data.chat=true) need the tokenizer's chat template."""
+        chat = self.chat or any(isinstance(v, list) for v in values)
+        if chat and not getattr(self.tokenizer, "chat_template", None):
+            raise PreferenceDataError(f"{loc}: chat-form row (or data.chat=true) but the tokenizer has no "
+                                      f"chat template; give plain-text rows or a tokenizer with a template")
+        return chat
+
+    def _prompt_ids(self, prompt, chat: bool) -> list[int]:
+        if not chat:
+            return encode_prompt(self.tokenizer, prompt, chat=False)
+        return _template(self.tokenizer, _messages(prompt, "user"), add_generation_prompt=True)
+
+    def _completion_ids(self, loc, prompt, prompt_ids, completion, chat: bool) -> list[int]:
+        if not chat:
+            return encode_completion(self.tokenizer, completion)
+        full = _template(self.tokenizer, _messages(prompt, "user") + _messages(completion, "assistant"),
+                         add_generation_prompt=False)
+        if full[: len(prompt_ids)] != prompt_ids or len(full) == len(prompt_ids):
+            raise PreferenceDataError(f"{loc}: the chat template does not render the completion as a "
+                                      f"continuation of the prompt; cannot split prompt and completion")
+        return full[len(prompt_ids):]
+
+
+def _text_or_messages(loc: str, key: str, row: dict):
+    value = row.get(key)
+    if isinstance(value, str):
+        if not value.strip():
+            raise PreferenceDataError(f"{loc}: {key!r} is empty")
+        return value
+    if isinstance(value, list):
+        if not value:
+            raise PreferenceDataError(f"{loc}: {key!r} is an empty message list")
+        for m in value:
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise PreferenceDataError(f"{loc}: {key!r} must be text or a list of "
+                                          f"{{'role': str, 'content': str}} messages, got {m!r}")
+        if not any(m["content"].strip() for m in value):
+            raise PreferenceDataError(f"{loc}: {key!r} has only empty messages")
+        return value
+    if value is None:
+        raise PreferenceDataError(f"{loc}: {key!r} is missing or null")
+    raise PreferenceDataError(f"{loc}: {key!r} must be text or chat messages, got {type(value).__name__}")
+
+
+def _messages(value, role: str) -> list[dict]:
+    return value if isinstance(value, list) else [{"role": role, "content": value}]
+
+
+def _template(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def _show(value) -> str:
+    return value if isinstance(value, str) else "\n".join(f"{m['role']}: {m['content']}" for m in value)
+
+
+def load_records(path: str, tokenizer, columns: Columns, chat: bool, split: str, skip_bad_rows: bool,
+                 stats) -> list:
+    """Read `path` and encode every row; the first row decides the form (paired or unpaired)."""
+    rows = read_rows(path, split)
+    if not rows:
+        raise PreferenceDataError(f"{path}: no rows")
+    loc, first = rows[0]
+    form = columns.form(first)
+    if form is None:
+        raise PreferenceDataError(
+            f"{loc}: missing columns: need {[columns.prompt, columns.chosen, columns.rejected]} (paired) "
+            f"or {[columns.prompt, columns.completion, columns.label]} (unpaired, KTO); row has {sorted(first)}")
+    encoder, records = RowEncoder(tokenizer, columns, chat, source="dataset"), []
+    for index, (loc, row) in enumerate(rows):
+        try:
+            records.append(encoder.encode(loc, row, form, index))
+        except PreferenceDataError as e:
+            if not skip_bad_rows:
+                raise
+            stats.skip(str(e))
+    stats.rows += len(rows)
+    return records
