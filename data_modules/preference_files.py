@@ -13,7 +13,6 @@ Every bad row is a `PreferenceDataError` naming the file and the row (`file:line
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from transformers import PreTrainedTokenizerBase
 from data_modules.experience import Provenance
 from data_modules.preferences import PreferenceRecord, UnpairedRecord
 from data_modules.tasks.base import encode_completion, encode_prompt
+from data_modules.tasks.jsonl import read_jsonl_objects
 
 
 class PreferenceDataError(ValueError):
@@ -46,19 +46,7 @@ def read_rows(path: str, split: str) -> list[tuple[str, dict]]:
 
 
 def _read_jsonl(p: Path) -> list[tuple[str, dict]]:
-    rows = []
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PreferenceDataError(f"{p}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise PreferenceDataError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append((f"{p}:{lineno}", row))
-    return rows
+    return [(f"{p}:{lineno}", row) for lineno, row in read_jsonl_objects(p, PreferenceDataError)]
 
 
 def _read_saved_dataset(p: Path, split: str) -> list[tuple[str, dict]]:

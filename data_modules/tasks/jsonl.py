@@ -11,26 +11,34 @@ class DataFileError(ValueError):
     """A data file is missing or malformed; the message names file and line."""
 
 
-def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
-    p = Path(path)
-    if not p.is_file():
-        raise DataFileError(f"{path}: file not found")
-    examples = []
-    with p.open(encoding="utf-8") as f:
+def read_jsonl_objects(path: Path, error: type[Exception] = DataFileError) -> list[tuple[int, dict]]:
+    """(line number, object) for every non-blank line; a bad line raises `error` naming path:line."""
+    rows = []
+    with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataFileError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+                raise error(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
-                raise DataFileError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            for key in (prompt_key, answer_key):
-                if not isinstance(row.get(key), str) or not row[key].strip():
-                    raise DataFileError(f"{path}:{lineno}: missing or empty string field {key!r}")
-            meta = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
-            examples.append(Example(row[prompt_key], row[answer_key], meta | {"origin": f"{p.name}:{lineno}"}))
+                raise error(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            rows.append((lineno, row))
+    return rows
+
+
+def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
+    p = Path(path)
+    if not p.is_file():
+        raise DataFileError(f"{path}: file not found")
+    examples = []
+    for lineno, row in read_jsonl_objects(p):
+        for key in (prompt_key, answer_key):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise DataFileError(f"{path}:{lineno}: missing or empty string field {key!r}")
+        meta = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
+        examples.append(Example(row[prompt_key], row[answer_key], meta | {"origin": f"{p.name}:{lineno}"}))
     if not examples:
         raise DataFileError(f"{path}: no examples")
     return examples
