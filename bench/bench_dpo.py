@@ -32,10 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_train import MODEL, cpu_model, machine_busy_s, peak_rss_mb, stats, timed  # noqa: E402
+from bench.bench_train import (MODEL, fit_measured, machine_env, peak_rss_mb, run_in_subprocess,  # noqa: E402
+                               stats, step_timer, timed)
 
 PAIRS = 32
 COMMON = ["algorithm=dpo", "data=static_preferences", f"data.batch_size={PAIRS}", "algorithm.beta=0.1", *MODEL]
@@ -66,18 +64,6 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
     if threads:
         torch.set_num_threads(threads)
 
-    class StepTimer(L.Callback):
-        def __init__(self):
-            self.train_step_s, self.ends = [], []
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            self._start = time.perf_counter()
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            now = time.perf_counter()
-            self.train_step_s.append(now - self._start)
-            self.ends.append(now)
-
     rss_imports = peak_rss_mb()
     steps = warmup + runs + 1
     overrides = ["experiment=single", "logger=none", f"trainer.max_steps={steps}", *CASES[case]]
@@ -91,16 +77,11 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
     precompute_s: list[float] = []
     module.cache_reference = timed(module.cache_reference, precompute_s)
-    timer = StepTimer()
+    timer = step_timer()
     with tempfile.TemporaryDirectory() as tmp:
         trainer = L.Trainer(**cfg.trainer, callbacks=[timer], logger=False, enable_progress_bar=False,
                             default_root_dir=tmp)
-        busy, own, wall = machine_busy_s(), sum(os.times()[:2]), time.perf_counter()
-        trainer.fit(module, datamodule=datamodule)
-        others = (machine_busy_s() - busy) - (sum(os.times()[:2]) - own)
-        others_frac = max(others, 0.0) / ((time.perf_counter() - wall) * os.cpu_count())
-    if trainer.global_step != steps:
-        raise RuntimeError(f"expected {steps} optimizer steps, ran {trainer.global_step}")
+        others_frac = fit_measured(trainer, module, datamodule, steps)
     wall = [b - a for a, b in zip(timer.ends, timer.ends[1:])][warmup:]
     metrics = {"step_wall_s": stats(wall), "train_step_s": stats(timer.train_step_s[warmup + 1:]),
                "pairs_per_s": stats([PAIRS / w for w in wall])}
@@ -136,17 +117,6 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def one_run(case: str, args) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        cmd = [sys.executable, __file__, "--case", case, "--warmup", str(args.warmup),
-               "--runs", str(args.runs), "--json", out.name]
-        cmd += ["--threads", str(args.threads)] if args.threads else []
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-        if proc.returncode:
-            sys.exit(f"case {case} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-        return json.loads(Path(out.name).read_text())
-
-
 def combine(runs: list[dict]) -> dict:
     """One case over several runs: each metric's median/min/max over the runs' medians."""
     out = dict(runs[0])
@@ -160,13 +130,8 @@ def combine(runs: list[dict]) -> dict:
 def run_all(args) -> None:
     results, started = {}, time.perf_counter()
     for case in args.cases:
-        results[case] = combine([one_run(case, args) for _ in range(args.repeats)])
-    first = next(iter(results.values()))
-    env = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-           "torch_version": first["torch_version"], "torch_threads": first["torch_threads"],
-           "platform": platform.platform(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "command": " ".join(["python", "bench/bench_dpo.py", *sys.argv[1:]]),
-           "total_seconds": round(time.perf_counter() - started, 1)}
+        results[case] = combine([run_in_subprocess(__file__, case, args) for _ in range(args.repeats)])
+    env = machine_env(results, "bench/bench_dpo.py", started)
     report = table(results)
     print(f"CPU: {env['cpu_model']} ({env['cpu_count']} cores) | torch {env['torch_version']}, "
           f"{env['torch_threads']} threads | median over {args.repeats} runs of each run's median of "

@@ -105,6 +105,58 @@ def stats(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
 
 
+def step_timer():
+    """A Lightning callback recording wall-clock marks around every optimizer step."""
+    import lightning as L
+
+    class StepTimer(L.Callback):
+        def __init__(self):
+            self.train_step_s, self.ends = [], []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self._start = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            now = time.perf_counter()
+            self.train_step_s.append(now - self._start)
+            self.ends.append(now)
+
+    return StepTimer()
+
+
+def fit_measured(trainer, module, datamodule, steps: int) -> float:
+    """trainer.fit, checking it ran `steps` steps; returns the share of all cores that other
+    processes used meanwhile (/proc/stat busy time minus this process's own CPU time)."""
+    busy, own, wall = machine_busy_s(), sum(os.times()[:2]), time.perf_counter()
+    trainer.fit(module, datamodule=datamodule)
+    others = (machine_busy_s() - busy) - (sum(os.times()[:2]) - own)
+    if trainer.global_step != steps:
+        raise RuntimeError(f"expected {steps} optimizer steps, ran {trainer.global_step}")
+    return max(others, 0.0) / ((time.perf_counter() - wall) * os.cpu_count())
+
+
+def run_in_subprocess(script: str, case: str, args) -> dict:
+    """`script --case case` in a fresh process (so peak RSS is the case's own); its JSON result."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [sys.executable, script, "--case", case, "--warmup", str(args.warmup),
+               "--runs", str(args.runs), "--json", out.name]
+        cmd += ["--threads", str(args.threads)] if args.threads else []
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        if proc.returncode:
+            sys.exit(f"case {case} failed (rc {proc.returncode}):\n"
+                     f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        return json.loads(Path(out.name).read_text())
+
+
+def machine_env(results: dict, script: str, started: float) -> dict:
+    first = next(iter(results.values()))
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "torch_version": first["torch_version"], "torch_threads": first["torch_threads"],
+            "platform": platform.platform(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": " ".join(["python", script, *sys.argv[1:]]),
+            "total_seconds": round(time.perf_counter() - started, 1)}
+
+
 # ----------------------------------------------------------------------------------------- one case
 
 
@@ -120,20 +172,6 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
 
     if threads:
         torch.set_num_threads(threads)
-
-    class StepTimer(L.Callback):
-        """Wall-clock marks around every optimizer step."""
-
-        def __init__(self):
-            self.train_step_s, self.ends = [], []
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            self._start = time.perf_counter()
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            now = time.perf_counter()
-            self.train_step_s.append(now - self._start)
-            self.ends.append(now)
 
     class TimedRegenerate(RegenerateExperience):
         """The project's callback, recording each round's generation time and generated tokens."""
@@ -160,7 +198,7 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
     policy, tokenizer = instantiate(cfg.model)
     datamodule = build(cfg.data, task=task, tokenizer=tokenizer)
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
-    timer, callbacks, annotate_s = StepTimer(), [], []
+    timer, callbacks, annotate_s = step_timer(), [], []
     if getattr(datamodule, "online", False):
         regen = TimedRegenerate(instantiate(cfg.generator), instantiate(cfg.reward))
         module.annotate = timed(module.annotate, annotate_s)  # the instance's bound method, wrapped
@@ -168,12 +206,7 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         trainer = L.Trainer(**cfg.trainer, callbacks=[*callbacks, timer], logger=False,
                             enable_progress_bar=False, default_root_dir=tmp)
-        busy, own, wall = machine_busy_s(), sum(os.times()[:2]), time.perf_counter()
-        trainer.fit(module, datamodule=datamodule)
-        others = (machine_busy_s() - busy) - (sum(os.times()[:2]) - own)
-        others_frac = max(others, 0.0) / ((time.perf_counter() - wall) * os.cpu_count())
-    if trainer.global_step != steps:
-        raise RuntimeError(f"expected {steps} optimizer steps, ran {trainer.global_step}")
+        others_frac = fit_measured(trainer, module, datamodule, steps)
 
     keep = slice(warmup + 1, steps)  # step k's wall = ends[k] - ends[k-1]; step k uses round k
     wall = [b - a for a, b in zip(timer.ends, timer.ends[1:])][warmup:]
@@ -227,21 +260,8 @@ def table(results: dict) -> str:
 def run_all(args) -> None:
     results, started = {}, time.perf_counter()
     for case in args.cases:
-        with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            cmd = [sys.executable, __file__, "--case", case, "--warmup", str(args.warmup),
-                   "--runs", str(args.runs), "--json", out.name]
-            cmd += ["--threads", str(args.threads)] if args.threads else []
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-            if proc.returncode:
-                sys.exit(f"case {case} failed (rc {proc.returncode}):\n"
-                         f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-            results[case] = json.loads(Path(out.name).read_text())
-    first = next(iter(results.values()))
-    env = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-           "torch_version": first["torch_version"], "torch_threads": first["torch_threads"],
-           "platform": platform.platform(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "command": " ".join(["python", "bench/bench_train.py", *sys.argv[1:]]),
-           "total_seconds": round(time.perf_counter() - started, 1)}
+        results[case] = run_in_subprocess(__file__, case, args)
+    env = machine_env(results, "bench/bench_train.py", started)
     report = table(results)
     print(f"CPU: {env['cpu_model']} ({env['cpu_count']} cores) | torch {env['torch_version']}, "
           f"{env['torch_threads']} threads | python {env['python']} | "
