@@ -7,7 +7,6 @@ One Lightning epoch is one round. Lightning rebuilds the train dataloader before
 """
 from __future__ import annotations
 
-
 import lightning as L
 from torchmetrics import MeanMetric
 
