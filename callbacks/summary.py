@@ -24,7 +24,8 @@ class RunSummary:
         os.replace(tmp, self.path)
 
     def table(self) -> Table:
-        keys = ["val/accuracy_before", "val/accuracy_after", "rollout/reward_mean_first",
+        keys = ["val/accuracy_before", "val/accuracy_after", "val/pref_accuracy_before",
+                "val/pref_accuracy_after", "rollout/reward_mean_first",
                 "rollout/reward_mean", "cost/generated_tokens", "train/steps", "wall_seconds"]
         table = Table(title="policyshift run summary")
         table.add_column("metric")
