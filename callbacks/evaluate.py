@@ -37,11 +37,14 @@ class HeldOutEvaluation(L.Callback):
         self.before: dict | None = None
         self.after: dict | None = None
         self.history: list[tuple[int, float]] = []
+        self.curve: list[dict] = []  # {step, generated_tokens, accuracy}: accuracy against rollout cost
 
     def _run(self, trainer, pl_module) -> dict:
         result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
                           self.verifier, self.num_examples)
         self.history.append((trainer.global_step, result["val/accuracy"]))
+        self.curve.append({"step": trainer.global_step, "generated_tokens": generated_tokens(trainer),
+                           "accuracy": result["val/accuracy"]})
         log_now(trainer, result)
         say(trainer, f"[eval] step {trainer.global_step}: held-out greedy accuracy "
                      f"{result['val/accuracy']:.3f} on {len(self.task.heldout[:self.num_examples])}")
@@ -66,4 +69,12 @@ class HeldOutEvaluation(L.Callback):
         if self.after:
             out["val/accuracy_after"] = self.after["val/accuracy"]
             out["val/response_len_mean"] = self.after["val/response_len_mean"]
+        if self.curve:
+            out["val/curve"] = self.curve
         return out
+
+
+def generated_tokens(trainer: L.Trainer) -> int:
+    """Tokens generated for training so far in this stage (by the regeneration callback, if any)."""
+    return sum(cb.totals["generated_tokens"] for cb in trainer.callbacks
+               if type(cb).__name__ == "RegenerateExperience")

@@ -1,0 +1,120 @@
+"""Off-policy correction: how the policy-gradient loss weighs tokens sampled by a behaviour policy μ (the
+weights that generated the record, whose log-probs the record carries) while training the current π.
+
+Shapes: logprobs, behaviour_logprobs, mask [B, T]; advantages [B] (one per sequence) or [B, T].
+log-ratio d = log π - log μ, importance ratio ρ = exp(d); sg(·) = stop-gradient.
+
+`level` says what ratio a token gets:
+    token     ρ_t, each token its own                                     (PPO, verl's default)
+    sequence  one ratio per completion, broadcast to its tokens: the IS corrections use the full
+              sequence weight Π_t ρ_t = exp(Σ_t d_t) (unbiased for the whole sample); ppo_clip uses
+              GSPO's length-normalised exp(mean_t d_t) (Zheng et al. 2025), which stays near 1
+
+The corrections (each returns the unreduced per-token loss [B, T] and detached metrics; the caller
+aggregates with losses.common.aggregate):
+    none          L = -A · log π                         on-policy REINFORCE: ignores that μ ≠ π
+    ppo_clip      L = -min(ρ A, clip(ρ, 1-ε_low, 1+ε_high) A)    (Schulman et al. 2017)
+    truncated_is  L = -sg(min(ρ, C)) · A · log π         (IMPALA's ρ̄, Espeholt et al. 2018; "TIS",
+                                                          Yao et al. 2025): bias for bounded variance
+    masked_is     L = -sg(ρ · 1[low ≤ ρ ≤ high]) · A · log π   (tokens with extreme ratios are dropped,
+                                                          the rest importance-weighted)
+On-policy (π = μ, ρ = 1) every one of them has the gradient of -A · log π.
+
+`importance_diagnostics` measures how off-policy a batch is (ratio mean/max, ESS, KL(μ ‖ π)).
+"""
+from __future__ import annotations
+
+import torch
+
+from losses.common import masked_mean
+from losses.kl import k3
+from losses.policy_gradient import clipped_surrogate
+
+LEVELS = ("token", "sequence")
+
+
+def _broadcast(advantages: torch.Tensor) -> torch.Tensor:
+    return advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+
+
+def log_ratio(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor, level: str,
+              normalise: bool = False) -> torch.Tensor:
+    """d [B, T] at `level`: token d_t, or per sequence Σ_t m_t d_t (÷ Σ_t m_t if `normalise`) broadcast."""
+    if level not in LEVELS:
+        raise ValueError(f"correction level {level!r}: choose one of {LEVELS}")
+    d = (logprobs - behaviour_logprobs) * mask
+    if level == "token":
+        return d
+    seq = d.sum(-1, keepdim=True)
+    if normalise:
+        seq = seq / mask.sum(-1, keepdim=True).clamp_min(1.0)
+    return seq.expand_as(d)
+
+
+def _metrics(weights: torch.Tensor, mask: torch.Tensor, dropped: torch.Tensor | None = None) -> dict:
+    w = weights.detach()
+    m = {"ratio_mean": masked_mean(w, mask), "ratio_max": (w * mask).max() if mask.any() else w.new_zeros(())}
+    if dropped is not None:
+        m["clip_frac"] = masked_mean(dropped.float(), mask)
+    return m
+
+
+def no_correction(logprobs, behaviour_logprobs, advantages, mask, level: str = "token"):
+    """L = -A · log π. Metrics still report the ratio, so the staleness being ignored is visible."""
+    rho = torch.exp(log_ratio(logprobs, behaviour_logprobs, mask, level)).detach()
+    return -_broadcast(advantages) * logprobs, _metrics(rho, mask, torch.zeros_like(rho))
+
+
+def ppo_clip(logprobs, behaviour_logprobs, advantages, mask, clip_low: float, clip_high: float,
+             level: str = "token"):
+    """PPO's clipped surrogate with ratio at `level` (sequence: GSPO's length-normalised ratio)."""
+    if level == "token":
+        return clipped_surrogate(logprobs, behaviour_logprobs, advantages, mask, clip_low, clip_high)
+    d = log_ratio(logprobs, behaviour_logprobs, mask, level, normalise=True)
+    return clipped_surrogate(d, torch.zeros_like(d), advantages, mask, clip_low, clip_high)
+
+
+def truncated_is(logprobs, behaviour_logprobs, advantages, mask, cap: float, level: str = "token"):
+    """L = -sg(min(ρ, C)) · A · log π. clip_frac = share of tokens whose weight was truncated at C."""
+    if cap <= 0:
+        raise ValueError(f"truncated_is cap={cap} must be > 0")
+    rho = torch.exp(log_ratio(logprobs, behaviour_logprobs, mask, level)).detach()
+    weight = rho.clamp(max=cap)
+    return -weight * _broadcast(advantages) * logprobs, _metrics(rho, mask, rho > cap)
+
+
+def masked_is(logprobs, behaviour_logprobs, advantages, mask, low: float, high: float,
+              level: str = "token"):
+    """L = -sg(ρ · 1[low ≤ ρ ≤ high]) · A · log π. clip_frac = share of tokens masked out."""
+    if not 0 <= low < 1 < high:
+        raise ValueError(f"masked_is needs 0 ≤ low < 1 < high, got low={low}, high={high}")
+    rho = torch.exp(log_ratio(logprobs, behaviour_logprobs, mask, level)).detach()
+    keep = (rho >= low) & (rho <= high)
+    return -(rho * keep) * _broadcast(advantages) * logprobs, _metrics(rho, mask, ~keep)
+
+
+def effective_sample_size_frac(log_weights: torch.Tensor) -> torch.Tensor:
+    """Kish's ESS of importance weights w_i = exp(log_weights_i) as a fraction of N:
+    (Σ w)² / (N Σ w²), in [1/N, 1]; 1 when all weights are equal (on-policy). Computed stably in log space."""
+    if log_weights.numel() == 0:
+        return torch.tensor(float("nan"))
+    lw = log_weights.detach().float()
+    lw = lw - lw.max()
+    w = lw.exp()
+    return w.sum() ** 2 / (lw.numel() * (w**2).sum())
+
+
+@torch.no_grad()
+def importance_diagnostics(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor
+                           ) -> dict[str, torch.Tensor]:
+    """How far the batch's behaviour policy μ is from π (all detached scalars):
+        ratio_mean, ratio_max   token ratios ρ_t under the mask
+        ess_frac                ESS of the sequence weights exp(Σ_t d_t), as a fraction of B
+        kl_behaviour            KL(μ ‖ π) per token, k3 estimate from μ's samples: ρ - 1 - log ρ
+    """
+    d = (logprobs - behaviour_logprobs) * mask
+    rho = torch.exp(d)
+    return {"ratio_mean": masked_mean(rho, mask),
+            "ratio_max": (rho * mask).max() if mask.any() else rho.new_zeros(()),
+            "ess_frac": effective_sample_size_frac(d.sum(-1)),
+            "kl_behaviour": masked_mean(k3(behaviour_logprobs, logprobs), mask)}
