@@ -45,7 +45,7 @@ def _check_rounds(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"algorithm={cfg.algorithm.name} learns from groups of its own samples, but "
                       f"data={cfg.data._target_} makes no rollouts: use data=fresh_rollouts")
         return
-    if group < 2:
+    if group < 2 and _raw(cfg, "algorithm.advantage") is not None:  # PPO's critic needs no groups
         errors.append(f"algorithm.group_size={group}: group-relative advantages need at least 2")
     elif (prompts * group) % batch:
         errors.append(f"data.prompts_per_round × algorithm.group_size = {prompts} × {group} = "
