@@ -23,21 +23,39 @@ class RegenerateExperience(L.Callback):
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "generation_seconds": 0.0,
                        "records_generated": 0, "records_dropped": 0, "reward_errors": 0}
         self.reward_means: list[float] = []
+        self.triggers: dict[str, int] = {}  # rounds made, by reason (rollout/trigger)
         self.source_means: dict[str, list[float]] = {}  # per reward source (and gold), one mean a round
         self.abstained = self.timeouts = 0
         self.first_error: str | None = None
 
     def on_fit_start(self, trainer, pl_module):
-        if getattr(trainer.datamodule, "online", False):
-            self.regenerate(trainer, pl_module)
+        dm = trainer.datamodule
+        if getattr(dm, "online", False) and not dm.epoch_records():  # a resumed run has its round
+            self.regenerate(trainer, pl_module, "start")
 
     def on_train_epoch_end(self, trainer, pl_module):
         done = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
         if getattr(trainer.datamodule, "online", False) and not done:
-            self.regenerate(trainer, pl_module)
+            self.regenerate(trainer, pl_module, getattr(pl_module, "round_end_reason", None) or "schedule")
 
-    def regenerate(self, trainer: L.Trainer, pl_module) -> list[ExperienceRecord]:
+    def state_dict(self) -> dict:
+        return {"rounds": self.rounds, "totals": dict(self.totals), "reward_means": list(self.reward_means),
+                "source_means": {k: list(v) for k, v in self.source_means.items()},
+                "triggers": dict(self.triggers), "abstained": self.abstained, "timeouts": self.timeouts}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rounds, self.totals = state["rounds"], dict(state["totals"])
+        self.reward_means, self.triggers = list(state["reward_means"]), dict(state["triggers"])
+        self.source_means = {k: list(v) for k, v in state["source_means"].items()}
+        self.abstained, self.timeouts = state["abstained"], state["timeouts"]
+
+    def regenerate(self, trainer: L.Trainer, pl_module, trigger: str = "schedule") -> list[ExperienceRecord]:
+        """Make one round; `trigger` is why (start | schedule | ess | kl | staleness | target_kl)."""
         dm = trainer.datamodule
+        self.triggers[trigger] = self.triggers.get(trigger, 0) + 1
+        if trigger not in ("start", "schedule"):
+            say(trainer, f"[rollout] step {trainer.global_step}: round ended early ({trigger}); regenerating")
+        log_now(trainer, {f"rollout/trigger/{trigger}": 1.0})
         prompts = [p for p in dm.next_prompts() for _ in range(dm.group_size)]
         out = self.generator.sample(pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts])
         texts = dm.tokenizer.batch_decode(out.completions, skip_special_tokens=True)
@@ -126,6 +144,7 @@ class RegenerateExperience(L.Callback):
                            f"rollout/reward/{name}": seen[-1] if seen else None,
                            f"rollout/reward_curve/{name}": [m if m == m else None for m in curve]}
         return {"rollout/rounds": self.rounds,
+                **{f"rollout/trigger/{k}": v for k, v in self.triggers.items()},
                 "rollout/reward_mean_first": finite[0] if finite else None,
                 "rollout/reward_mean": finite[-1] if finite else None,
                 "rollout/reward_curve": [m if m == m else None for m in self.reward_means],

@@ -1,5 +1,6 @@
 """On-policy data: each round, `prompts_per_round` prompts × `group_size` fresh samples of the current
-policy; an epoch serves the latest round `epochs_per_round` times (GRPO/PPO's μ)."""
+policy; an epoch serves the latest round `epochs_per_round` times (GRPO/PPO's μ). With `store` set,
+every round is also written to disk (data_modules/store.py) for later runs to harvest."""
 from __future__ import annotations
 
 import random
@@ -9,6 +10,7 @@ from transformers import PreTrainedTokenizerBase
 from data_modules.base import ExperienceDataModule
 from data_modules.buffer import ExperienceBuffer
 from data_modules.experience import ExperienceRecord
+from data_modules.store import ExperienceStore
 from data_modules.tasks.base import Example, Task, encode_prompt
 
 
@@ -16,24 +18,33 @@ class FreshRolloutsDataModule(ExperienceDataModule):
     online = True
 
     def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, seed: int,
-                 prompts_per_round: int, group_size: int, epochs_per_round: int, buffer_capacity: int):
+                 prompts_per_round: int, group_size: int, epochs_per_round: int, buffer_capacity: int,
+                 store: str | None = None):
         super().__init__(task, tokenizer, batch_size, seed)
         self.prompts_per_round, self.group_size = prompts_per_round, group_size
         self.passes = epochs_per_round
-        self.buffer = ExperienceBuffer(buffer_capacity)
-        self.cursor, self.next_group_id = 0, 0
+        self.buffer = self.make_buffer(buffer_capacity)
+        self.store = ExperienceStore(store, tokenizer) if store else None
+        self.cursor, self.next_group_id, self.rounds_put = 0, 0, 0
         self._order = list(range(len(task.train)))
         random.Random(seed).shuffle(self._order)
         self._encoded: dict[int, list[int]] = {}
+
+    def make_buffer(self, capacity: int) -> ExperienceBuffer:
+        return ExperienceBuffer(capacity)
+
+    @property
+    def policy_version(self) -> int:
+        return self.trainer.global_step if self.trainer is not None else 0
 
     @property
     def steps_per_round(self) -> int:
         return self.passes * self.prompts_per_round * self.group_size // self.batch_size
 
-    def next_prompts(self) -> list[tuple[Example, list[int], int]]:
-        """The next `prompts_per_round` (example, prompt ids, group id), cycling through a seeded order."""
+    def next_prompts(self, n: int | None = None) -> list[tuple[Example, list[int], int]]:
+        """The next n (default prompts_per_round) (example, prompt ids, group id), in a seeded order."""
         out = []
-        for _ in range(self.prompts_per_round):
+        for _ in range(self.prompts_per_round if n is None else n):
             idx = self._order[self.cursor % len(self._order)]
             self.cursor += 1
             if idx not in self._encoded:
@@ -43,14 +54,25 @@ class FreshRolloutsDataModule(ExperienceDataModule):
         return out
 
     def put(self, records: list[ExperienceRecord]) -> None:
+        """Take one annotated round: into the buffer, and to the store if one is configured."""
         self.buffer.put(records)
+        if self.store is not None:
+            self.store.write_round(records, self.rounds_put)
+        self.rounds_put += 1
 
     def epoch_records(self) -> list[ExperienceRecord]:
-        return self.buffer.latest()
+        latest = self.buffer.latest()
+        for r in latest:
+            r.served_as = "fresh"
+        return latest
 
     def state_dict(self) -> dict:
-        return super().state_dict() | {"cursor": self.cursor, "next_group_id": self.next_group_id}
+        return super().state_dict() | {"cursor": self.cursor, "next_group_id": self.next_group_id,
+                                       "rounds_put": self.rounds_put, "buffer": self.buffer.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.cursor, self.next_group_id = state["cursor"], state["next_group_id"]
+        self.rounds_put = state.get("rounds_put", 0)
+        if "buffer" in state:
+            self.buffer.load_state_dict(state["buffer"])

@@ -61,7 +61,7 @@ class RolloutModule(PolicyModule):
         self._end_round = self._end_round or reason
 
     def on_train_epoch_start(self) -> None:
-        self.round_end_reason = None
+        self.round_end_reason = self._end_round = None  # a request from the last step of a round lapses
 
     def on_train_batch_start(self, batch, batch_idx: int):
         ask = self._end_round is not None

@@ -52,6 +52,23 @@ def _check_rounds(cfg: DictConfig, errors: list[str]) -> None:
                       f"{prompts * group} records per round is not divisible by data.batch_size={batch}")
 
 
+def _check_replay(cfg: DictConfig, errors: list[str]) -> None:
+    """Replayed or harvested data is off-policy: an uncorrected loss on it is refused unless asked for."""
+    ratio, harvest = _raw(cfg, "data.replay_ratio"), _raw(cfg, "data.harvest")
+    if ratio is None:
+        return
+    if not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
+        errors.append(f"data.replay_ratio={ratio!r} must be in [0, 1) (0: pure on-policy)")
+        return
+    uncorrected = _raw(cfg, "algorithm.correction._target_") == "losses.correction.no_correction"
+    if (ratio > 0 or harvest) and uncorrected and not _raw(cfg, "data.allow_uncorrected"):
+        errors.append(f"correction=none trains on replayed/harvested data (data.replay_ratio={ratio}, "
+                      f"data.harvest={harvest}) as if it were on-policy: choose correction=ppo_clip, "
+                      f"truncated_is or masked_is, or set data.allow_uncorrected=true to accept the bias")
+    if harvest and not Path(str(harvest)).is_dir():
+        errors.append(f"data.harvest={harvest!r}: no such directory (a store written with data.store=...)")
+
+
 def _check_files(cfg: DictConfig, errors: list[str]) -> None:
     path = _raw(cfg, "model.name_or_path")
     if isinstance(path, str) and path != "???" and not Path(path).is_dir():
@@ -63,6 +80,7 @@ def validate(cfg: DictConfig, stage: str) -> None:
     errors: list[str] = []
     _check_numbers(cfg, errors)
     _check_rounds(cfg, errors)
+    _check_replay(cfg, errors)
     _check_files(cfg, errors)
     if errors:
         raise ConfigError(f"invalid config for stage {stage!r}:\n  - " + "\n  - ".join(errors))

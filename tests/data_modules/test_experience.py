@@ -85,10 +85,10 @@ def test_buffer_evicts_whole_oldest_rounds():
     buf.put(b)
     assert len(buf) == 5 and buf.evicted == 0
     buf.put(c)
-    assert len(buf) == 4 and buf.evicted == 3 and [r[0].group_id for r in buf.rounds] == [1, 2]
+    assert len(buf) == 4 and buf.evicted == 3 and list(buf.groups) == [1, 2]
     assert buf.latest() == c
     buf.put(d)
-    assert len(buf) == 6 and buf.evicted == 7 and buf.latest() == d and len(buf.rounds) == 1
+    assert len(buf) == 6 and buf.evicted == 7 and buf.latest() == d and buf.num_groups == 1
 
 
 def test_buffer_rejects_nonpositive_capacity():

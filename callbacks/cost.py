@@ -1,0 +1,105 @@
+"""The cost ledger: what the run's experience cost and what it bought, per round and per run.
+
+Generation is counted by RegenerateExperience (prompt/generated tokens, generation seconds, records
+generated and dropped); this callback adds the training side and the verdict:
+    cost/train_seconds, cost/trained_tokens     time in training steps; prompt+completion tokens trained on
+    cost/records_used                           distinct records served at least once
+    cost/records_evicted_unused                 records the buffer dropped before they were ever served
+    cost/records_unused_at_end                  records still in the buffer, never served, at the end
+    cost/mean_reuse                             serves per used record (μ × replays)
+    cost/usd = generated Mtok × usd_per_mtok_generated + trained Mtok × usd_per_mtok_trained
+    cost/reward_gain_per_mtok                   (last round's mean reward - first round's) per million
+                                                generated tokens: the learning signal a token bought
+    cost/accuracy_gain_per_mtok                 the same with held-out accuracy (after - before)
+Per round (at each round's end) the cumulative values are logged, plus cost/round_train_seconds.
+"""
+from __future__ import annotations
+
+import time
+
+import lightning as L
+
+from callbacks.logging import log_now
+
+
+def _find(trainer: L.Trainer, name: str):
+    return next((cb for cb in trainer.callbacks if type(cb).__name__ == name), None)
+
+
+class CostLedger(L.Callback):
+    def __init__(self, usd_per_mtok_generated: float, usd_per_mtok_trained: float):
+        self.usd_gen, self.usd_train = usd_per_mtok_generated, usd_per_mtok_trained
+        self.train_seconds = self.round_train_seconds = 0.0
+        self.trained_tokens = self.serves = self.records_used = 0
+        self.unused_at_end = 0
+        self._t0 = 0.0
+        self.generation: dict = {}  # RegenerateExperience.totals, read at each report
+        self.reward_first = self.reward_last = None
+        self.accuracy_before = self.accuracy_after = None
+        self.last: dict[str, float] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        dt = time.perf_counter() - self._t0
+        self.train_seconds += dt
+        self.round_train_seconds += dt
+        sequences = getattr(batch, "sequences", batch)  # a PreferenceBatch wraps its 2B sequences
+        self.trained_tokens += int(sequences.attention_mask.sum()) if hasattr(sequences, "attention_mask") else 0
+        records = getattr(batch, "records", [])
+        self.serves += len(records)
+        self.records_used += sum(getattr(r, "provenance", None) is not None and r.provenance.times_used == 1
+                                 for r in records)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        log_now(trainer, self.ledger(trainer) | {"cost/round_train_seconds": self.round_train_seconds})
+        self.round_train_seconds = 0.0
+
+    def on_train_end(self, trainer, pl_module):
+        buffer = getattr(trainer.datamodule, "buffer", None)
+        if buffer is not None:
+            self.unused_at_end = sum(r.provenance.times_used == 0 for g in buffer.groups.values() for r in g)
+        log_now(trainer, self.ledger(trainer))
+
+    def ledger(self, trainer: L.Trainer) -> dict[str, float]:
+        """The run's ledger so far (reads the generation totals and the eval numbers it needs)."""
+        regen, evaluation = _find(trainer, "RegenerateExperience"), _find(trainer, "HeldOutEvaluation")
+        if regen is not None:
+            self.generation = dict(regen.totals)
+            seen = [m for m in regen.reward_means if m == m]
+            self.reward_first, self.reward_last = (seen[0], seen[-1]) if seen else (None, None)
+        if evaluation is not None and evaluation.before:
+            self.accuracy_before = evaluation.before["val/accuracy"]
+            self.accuracy_after = (evaluation.after or evaluation.before)["val/accuracy"]
+        buffer = getattr(trainer.datamodule, "buffer", None)
+        self.last = self._numbers(getattr(buffer, "evicted_unused", 0))
+        return self.last
+
+    def _numbers(self, evicted_unused: int) -> dict[str, float]:
+        gen_mtok = self.generation.get("generated_tokens", 0) / 1e6
+        out = {"cost/train_seconds": self.train_seconds, "cost/trained_tokens": float(self.trained_tokens),
+               "cost/records_used": float(self.records_used),
+               "cost/records_evicted_unused": float(evicted_unused),
+               "cost/records_unused_at_end": float(self.unused_at_end),
+               "cost/mean_reuse": self.serves / self.records_used if self.records_used else 0.0,
+               "cost/usd_generation": gen_mtok * self.usd_gen,
+               "cost/usd_training": self.trained_tokens / 1e6 * self.usd_train}
+        out["cost/usd"] = out["cost/usd_generation"] + out["cost/usd_training"]
+        if gen_mtok > 0 and self.reward_first is not None:
+            out["cost/reward_gain_per_mtok"] = (self.reward_last - self.reward_first) / gen_mtok
+        if gen_mtok > 0 and self.accuracy_before is not None:
+            out["cost/accuracy_gain_per_mtok"] = (self.accuracy_after - self.accuracy_before) / gen_mtok
+        return out
+
+    def summary(self) -> dict:
+        """The final ledger (on_train_end runs after HeldOutEvaluation's: it comes later in the list)."""
+        return self.last
+
+    def state_dict(self) -> dict:
+        return {"train_seconds": self.train_seconds, "trained_tokens": self.trained_tokens,
+                "serves": self.serves, "records_used": self.records_used}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.train_seconds, self.trained_tokens = state["train_seconds"], state["trained_tokens"]
+        self.serves, self.records_used = state["serves"], state["records_used"]

@@ -1,0 +1,119 @@
+"""PPO with a learned critic (Schulman et al. 2017; RLHF as in Ouyang et al. 2022): per-token rewards
+(the score at the last completion token, optionally minus kl_coef·KL to the reference in every token),
+GAE advantages whitened over the round, the off-policy-corrected (PPO-clipped by default) surrogate, a
+clipped value loss, and an early end of the round when KL(behaviour ‖ current) passes `target_kl`.
+Everything shared with GRPO (the corrected loss, β·KL as a loss term, diagnostics, ending a round) lives
+in trainers/rollout.py; the maths in losses/value.py; the critic in models/value_head.py.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable
+
+import torch
+
+from data_modules.experience import ExperienceBatch, ExperienceRecord, collate
+from losses.common import aggregate, masked_mean, token_logprobs
+from losses.value import gae, token_rewards, whiten
+from models.value_head import build_critic
+from trainers.base import frozen_copy
+from trainers.rollout import RolloutModule
+
+
+@contextmanager
+def eval_mode(*modules: torch.nn.Module):
+    """Modules in eval mode inside the block, each restored to its own mode after it."""
+    modes = [m.training for m in modules]
+    try:
+        for m in modules:
+            m.eval()
+        yield
+    finally:
+        for m, mode in zip(modules, modes):
+            m.train(mode)
+
+
+class PPOModule(RolloutModule):
+    """critic: shared | separate (models/value_head.py); value_loss(values, old_values, returns, mask,
+    clip_range) → (per-token loss, metrics), losses.value.clipped_value_loss; γ, λ for GAE; the KL to the
+    reference in the reward (kl_in_reward, kl_coef) and/or as a loss term (RolloutModule's β)."""
+
+    def __init__(self, critic: str, value_loss: Callable, gamma: float, lam: float, vf_coef: float,
+                 value_clip: float, kl_in_reward: bool, kl_coef: float, target_kl: float | None,
+                 whiten_advantages: bool, **kwargs):
+        super().__init__(**kwargs)
+        self.critic = build_critic(critic, self.policy)
+        self.value_loss_fn, self.gamma, self.lam = value_loss, gamma, lam
+        self.vf_coef, self.value_clip, self.target_kl = vf_coef, value_clip, target_kl
+        self.kl_coef = kl_coef if kl_in_reward else 0.0  # KL in the reward; β (RolloutModule) is the loss term
+        self.whiten_advantages = whiten_advantages
+        if self.kl_coef > 0 and self.reference is None:  # RolloutModule builds the reference only for β > 0
+            self.reference = frozen_copy(self.policy)  # with β = 0, policy_loss adds 0·KL and logs train/kl
+
+    # ---- annotation: values, rewards, GAE ------------------------------------------------------
+    @torch.no_grad()
+    def annotate(self, records: list[ExperienceRecord]) -> list[ExperienceRecord]:
+        """Reference log-probs, critic values V(s_t), per-token rewards, GAE advantages (whitened over the
+        round) and returns, each stored on the records as one float per completion token."""
+        self.annotate_reference(records)
+        pad = self.tokenizer.pad_token_id
+        with eval_mode(self.policy, self.critic):
+            for lo in range(0, len(records), self.annotate_batch_size):
+                chunk = records[lo : lo + self.annotate_batch_size]
+                batch = collate(chunk, pad).to(self.device)
+                values = self.critic(batch.input_ids, batch.attention_mask).cpu()
+                for r, row, m in zip(chunk, values, batch.completion_mask.cpu().bool()):
+                    r.values = row[m].tolist()
+        batch = collate(records, pad)  # the whole round, on CPU: [N, T] floats
+        mask = batch.completion_mask
+        kl = None
+        if self.kl_coef > 0:
+            kl = (batch.behaviour_logprobs - batch.ref_logprobs) * mask  # k1 of the sampled tokens
+        rewards = token_rewards(batch.rewards, mask, kl, self.kl_coef)
+        advantages, returns = gae(rewards, batch.values, mask, self.gamma, self.lam)
+        stats = {"value_mean": masked_mean(batch.values, mask), "return_mean": masked_mean(returns, mask),
+                 "advantage_mean": masked_mean(advantages, mask),
+                 "advantage_std": masked_mean((advantages - masked_mean(advantages, mask)) ** 2, mask).sqrt()}
+        if kl is not None:
+            stats["kl_ref"] = masked_mean(kl, mask)
+        if self.whiten_advantages:
+            advantages = whiten(advantages, mask)
+        keep = mask.bool()
+        for r, adv, ret, m in zip(records, advantages, returns, keep):
+            r.token_advantages, r.returns = adv[m].tolist(), ret[m].tolist()
+            r.advantage = float(adv[m].mean()) if m.any() else 0.0  # a per-record summary, for inspection
+        self.last_round_stats = {k: float(v) for k, v in stats.items()}
+        return records
+
+    # ---- the step ------------------------------------------------------------------------------
+    def logprobs_and_values(self, batch: ExperienceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token log-probs and values [B, T]: one policy forward for a shared critic, two for a separate one."""
+        if self.critic.shares_policy_forward:
+            out = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                              output_hidden_states=True)
+            logp = token_logprobs(out.logits[:, :-1], batch.input_ids[:, 1:], self.temperature)
+            return logp, self.critic(batch.input_ids, batch.attention_mask, hidden_states=out.hidden_states[-1])
+        return (self.sequence_logprobs(self.policy, batch),
+                self.critic(batch.input_ids, batch.attention_mask))
+
+    def training_step(self, batch: ExperienceBatch, batch_idx: int):
+        if batch.token_advantages is None or batch.returns is None or batch.values is None:
+            raise ValueError("algorithm=ppo needs records annotated by PPOModule.annotate (values, returns, "
+                             "token_advantages on every record of the batch)")
+        mask = batch.completion_mask
+        logp, values = self.logprobs_and_values(batch)
+        pg, metrics = self.policy_loss(batch, logp, batch.token_advantages)
+        vf, vf_metrics = self.value_loss_fn(values, batch.values, batch.returns, mask, self.value_clip)
+        pg_loss = aggregate(pg, mask, self.loss_agg_mode)
+        vf_loss = aggregate(vf, mask, self.loss_agg_mode)
+        loss = pg_loss + self.vf_coef * vf_loss
+        metrics |= {"pg_loss": pg_loss.detach(), "vf_loss": vf_loss.detach()} | vf_metrics
+        self.log_step(loss, batch, logp, metrics)
+        kl = self.last_diagnostics.get("train/kl_behaviour", 0.0)
+        if self.target_kl is not None and kl > self.target_kl:
+            self.request_round_end("target_kl")
+        return self.check_finite(loss)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """The policy's trainable weights and the critic's (a shared critic's: its head alone)."""
+        return super().trainable_parameters() + [p for p in self.critic.parameters() if p.requires_grad]
