@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 JOB_COLUMNS = ["job", "status", "overrides", "config", "seed", "accuracy_after", "accuracy_before",
                "generated_tokens", "cost_usd", "reward_gain_per_mtok", "wall_seconds"]
@@ -34,7 +35,8 @@ _LAST_STAGE_KEYS = {"accuracy_after": "val/accuracy_after", "accuracy_before": "
 
 class SweepSummary(Callback):
     def on_job_end(self, config, job_return=None, **kwargs) -> None:
-        _guarded("tables", lambda: write_tables(Path(config.hydra.sweep.dir)))
+        if str(OmegaConf.select(config, "hydra.mode", default="MULTIRUN")).endswith("MULTIRUN"):
+            _guarded("tables", lambda: write_tables(Path(config.hydra.sweep.dir)))
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep = Path(config.hydra.sweep.dir)

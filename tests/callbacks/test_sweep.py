@@ -137,6 +137,12 @@ def test_tables_are_rewritten_after_each_job(fake_sweep):
     assert not (fake_sweep / "sweep_accuracy_vs_tokens.png").exists()  # the plot only at the end
 
 
+def test_a_single_run_writes_no_sweep_tables(tmp_path):
+    config = OmegaConf.create({"hydra": {"mode": "RUN", "sweep": {"dir": str(tmp_path / "sweep")}}})
+    SweepSummary().on_job_end(config=config, job_return=None)
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_real_two_job_multirun_writes_the_summary(tmp_path):
     """train.py -m seed=1,2 in a subprocess: the callback registered in conf/train.yaml runs at the end."""
     from tests.helpers import TINY
