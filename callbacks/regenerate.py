@@ -24,6 +24,7 @@ class RegenerateExperience(L.Callback):
                        "records_generated": 0, "records_dropped": 0, "reward_errors": 0}
         self.reward_means: list[float] = []
         self.triggers: dict[str, int] = {}  # rounds made, by reason (rollout/trigger)
+        self.replay_fracs: list[float] = []  # share of each round's groups that were replayed
         self.source_means: dict[str, list[float]] = {}  # per reward source (and gold), one mean a round
         self.abstained = self.timeouts = 0
         self.first_error: str | None = None
@@ -41,11 +42,12 @@ class RegenerateExperience(L.Callback):
     def state_dict(self) -> dict:
         return {"rounds": self.rounds, "totals": dict(self.totals), "reward_means": list(self.reward_means),
                 "source_means": {k: list(v) for k, v in self.source_means.items()},
-                "triggers": dict(self.triggers), "abstained": self.abstained, "timeouts": self.timeouts}
+                "triggers": dict(self.triggers), "replay_fracs": list(self.replay_fracs), "abstained": self.abstained, "timeouts": self.timeouts}
 
     def load_state_dict(self, state: dict) -> None:
         self.rounds, self.totals = state["rounds"], dict(state["totals"])
         self.reward_means, self.triggers = list(state["reward_means"]), dict(state["triggers"])
+        self.replay_fracs = list(state["replay_fracs"])
         self.source_means = {k: list(v) for k, v in state["source_means"].items()}
         self.abstained, self.timeouts = state["abstained"], state["timeouts"]
 
@@ -128,6 +130,8 @@ class RegenerateExperience(L.Callback):
             "perf/generated_tokens_per_sec": gen_tokens / max(out.seconds, 1e-9),
         }
         metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
+        metrics |= getattr(trainer.datamodule, "round_stats", dict)()
+        self.replay_fracs.append(metrics.get("rollout/replay_frac", 0.0))
         log_now(trainer, metrics)
 
     def _reward_stats(self) -> dict:
@@ -145,6 +149,7 @@ class RegenerateExperience(L.Callback):
                            f"rollout/reward_curve/{name}": [m if m == m else None for m in curve]}
         return {"rollout/rounds": self.rounds,
                 **{f"rollout/trigger/{k}": v for k, v in self.triggers.items()},
+                "rollout/replay_frac_mean": sum(self.replay_fracs) / len(self.replay_fracs),
                 "rollout/reward_mean_first": finite[0] if finite else None,
                 "rollout/reward_mean": finite[-1] if finite else None,
                 "rollout/reward_curve": [m if m == m else None for m in self.reward_means],

@@ -63,8 +63,10 @@ def write_tables(sweep: Path) -> list[dict]:
 
 
 def collect_jobs(sweep: Path) -> list[dict]:
-    dirs = [d for d in sweep.iterdir() if d.is_dir() and d.name.isdigit()]
-    return [read_job(d) for d in sorted(dirs, key=lambda d: int(d.name))]
+    """Every job dir of the sweep: `<n>` for this multirun's jobs, and any other subdir holding a Hydra job
+    (a second multirun into the same dir with hydra.sweep.subdir=drift_${hydra.job.num}, say)."""
+    dirs = [d for d in sweep.iterdir() if d.is_dir() and (d.name.isdigit() or (d / ".hydra").is_dir())]
+    return [read_job(d) for d in sorted(dirs, key=lambda d: (not d.name.isdigit(), d.name.zfill(8)))]
 
 
 def read_job(job_dir: Path) -> dict:
@@ -73,7 +75,7 @@ def read_job(job_dir: Path) -> dict:
     rest = [o for o in overrides if _key(o) != "seed"]
     seeds = [o.split("=", 1)[1] for o in overrides if _key(o) == "seed" and "=" in o]
     seed = seeds[0] if seeds else (_read_yaml(job_dir / ".hydra" / "config.yaml") or {}).get("seed", "")
-    row = {"job": int(job_dir.name), "status": "failed", "overrides": " ".join(overrides),
+    row = {"job": job_dir.name, "status": "failed", "overrides": " ".join(overrides),
            "config": " ".join(rest), "seed": seed, "_curve": []}
     stages = _finished_stages(job_dir)
     if stages:

@@ -53,6 +53,14 @@ class ReplayMixDataModule(FreshRolloutsDataModule):
             r.served_as = "dataset" if r.provenance.policy_version is None else "replay"
         return fresh + replay
 
+    def round_stats(self) -> dict[str, float]:
+        """Logged by RegenerateExperience each round: the replay share actually served, and the buffer."""
+        stats = {"rollout/replay_frac": len(self.replay_ids) / self.prompts_per_round,
+                 "rollout/buffer_records": float(len(self.buffer)),
+                 "rollout/buffer_evicted_unused": float(self.buffer.evicted_unused)}
+        oldest = self.buffer.oldest_staleness(self.policy_version)
+        return stats | ({"rollout/buffer_oldest_staleness": float(oldest)} if oldest is not None else {})
+
     def round_oldest_version(self) -> int | None:
         """Policy version of the oldest record served this round (None: none from this run)."""
         versions = [r.provenance.policy_version for r in self.epoch_records()
