@@ -30,8 +30,8 @@ class RegenerateExperience(L.Callback):
         self.first_error: str | None = None
 
     def on_fit_start(self, trainer, pl_module):
-        dm = trainer.datamodule
-        if getattr(dm, "online", False) and not dm.epoch_records():  # a resumed run has its round
+        # A run resumed from a round-end checkpoint may already hold the round its next epoch serves.
+        if getattr(trainer.datamodule, "online", False) and self.rounds <= trainer.current_epoch:
             self.regenerate(trainer, pl_module, "start")
 
     def on_train_epoch_end(self, trainer, pl_module):

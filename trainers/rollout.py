@@ -16,6 +16,7 @@ from losses.correction import importance_diagnostics
 from trainers.base import PolicyModule, frozen_copy
 
 STALENESS_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2_3"), (4, 7, "4_7"), (8, None, "8_up"))
+BUCKET_NAMES = [name for *_, name in STALENESS_BUCKETS] + ["dataset"]
 
 
 def staleness_bucket(staleness: int) -> str:
@@ -107,7 +108,8 @@ class RolloutModule(PolicyModule):
         generated = staleness[staleness >= 0].float()
         out["train/staleness_mean"] = float(generated.mean()) if generated.numel() else 0.0
         out["train/staleness_max"] = float(generated.max()) if generated.numel() else 0.0
-        out |= {f"train/staleness_hist/{b}": c / len(batch) for b, c in Counter(buckets).items()}
+        counts = Counter(buckets)  # every bucket every step (0 when empty), so each step's histogram sums to 1
+        out |= {f"train/staleness_hist/{b}": counts[b] / len(batch) for b in BUCKET_NAMES}
         for kind, labels in (("source", batch.served_as), ("staleness", buckets)):
             for label in sorted(set(labels)):
                 rows = torch.tensor([x == label for x in labels], device=logp.device)
