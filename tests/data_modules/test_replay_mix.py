@@ -126,3 +126,26 @@ def test_resume_restores_the_buffer_exactly(tmp_path):
     assert trainer.global_step == 8 and regenerate2.rounds == regenerate.rounds + 1
     new_groups = set(dm2.buffer.groups) - set(dm.buffer.groups)
     assert new_groups and min(new_groups) >= dm.next_group_id  # numbering continues, no collision
+
+
+@pytest.mark.parametrize("mismatch", [False, True])
+def test_a_store_written_by_one_run_is_harvested_by_another(tmp_path, monkeypatch, mismatch):
+    """Run 1 writes its rounds to a store; run 2 harvests them into its buffer as off-policy data
+    (served_as "dataset", no policy version, fresh group ids). With a tokenizer mismatch and
+    harvest_mismatch=retokenize the behaviour log-probs are recomputed under run 2's starting policy."""
+    store = tmp_path / "store"
+    _, dm1, _ = fit(stage_cfg(tmp_path / "one", [f"data.store={store}"]), 4)
+    written = sorted(p.name for p in store.glob("round_*.parquet"))
+    assert written == [f"round_{i:05d}.parquet" for i in range(dm1.rounds_put)]
+    if mismatch:
+        import data_modules.store as store_mod
+        monkeypatch.setattr(store_mod, "tokenizer_fingerprint", lambda tok: "another-tokenizer")
+    recorder = ServedRecorder()
+    extra = [f"data.harvest={store}", "data.harvest_mismatch=retokenize"]
+    _, dm2, _ = fit(stage_cfg(tmp_path / "two", extra), 4, [recorder])
+    harvested = [x for _, served in recorder.epochs for x in served if x[2] == "dataset"]
+    assert harvested and all(version is None for _, version, *_ in harvested)
+    dataset = [r for g in dm2.buffer.groups.values() for r in g if r.served_as == "dataset"]
+    assert all(len(r.behaviour_logprobs) == len(r.completion_ids) for r in dataset)
+    sources = {r.provenance.source for r in dataset}
+    assert sources == ({"external_model"} if mismatch else {"policy_rollout"})
