@@ -58,6 +58,7 @@ class RegenerateExperience(L.Callback):
         if trigger not in ("start", "schedule"):
             say(trainer, f"[rollout] step {trainer.global_step}: round ended early ({trigger}); regenerating")
         log_now(trainer, {f"rollout/trigger/{trigger}": 1.0})
+        getattr(dm, "on_trigger", lambda reason: None)(trigger)  # replay_mix: fresh round after drift
         prompts = [p for p in dm.next_prompts() for _ in range(dm.group_size)]
         out = self.generator.sample(pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts])
         texts = dm.tokenizer.batch_decode(out.completions, skip_special_tokens=True)

@@ -2,7 +2,8 @@
 round(replay_ratio × prompts_per_round) are replayed from the buffer (as many as it can supply, after
 its staleness and reuse rules) and the rest are freshly generated. replay_ratio 0 is pure on-policy;
 0.9 generates a tenth of the tokens per round. Groups stay whole, so a round's size (and steps) is
-constant. `harvest=<dir>` adds the experience of an earlier run's store to the buffer before the first
+constant. With `refresh_on_drift`, a round that a drift trigger ended early (callbacks/drift.py) is
+followed by an all-fresh round. `harvest=<dir>` adds the experience of an earlier run's store to the buffer before the first
 round, as off-policy data (served_as "dataset"; its behaviour log-probs kept when the tokenizer matches,
 else recomputed under the starting policy: `harvest_mismatch=retokenize`, or refused: `refuse`).
 """
@@ -15,11 +16,13 @@ from data_modules.experience import ExperienceRecord, collate
 from data_modules.fresh_rollouts import FreshRolloutsDataModule
 from data_modules.store import load_experience
 
+DRIFT_TRIGGERS = ("ess", "kl", "staleness")  # callbacks/drift.py's reasons
+
 
 class ReplayMixDataModule(FreshRolloutsDataModule):
     def __init__(self, replay_ratio: float, max_staleness: int | None, max_reuse: int | None,
                  eviction: str, sampling: str, priority_alpha: float, harvest: str | None,
-                 harvest_mismatch: str, allow_uncorrected: bool, **kwargs):
+                 harvest_mismatch: str, allow_uncorrected: bool, refresh_on_drift: bool, **kwargs):
         self.buffer_rules = dict(max_staleness=max_staleness, max_reuse=max_reuse, eviction=eviction,
                                  sampling=sampling, priority_alpha=priority_alpha)
         super().__init__(**kwargs)
@@ -29,6 +32,7 @@ class ReplayMixDataModule(FreshRolloutsDataModule):
         self.rng = random.Random(self.seed)
         self.replay_ids: list[int] = []  # groups replayed in the current round
         self.harvested = False
+        self.refresh_on_drift, self.refresh = refresh_on_drift, False
 
     def make_buffer(self, capacity: int) -> ExperienceBuffer:
         return ExperienceBuffer(capacity, **self.buffer_rules)
@@ -37,12 +41,18 @@ class ReplayMixDataModule(FreshRolloutsDataModule):
     def max_staleness(self) -> int | None:
         return self.buffer.max_staleness
 
+    def on_trigger(self, trigger: str) -> None:
+        """Told why the coming round is made: after a drift trigger (callbacks/drift.py) and with
+        refresh_on_drift, it is all fresh; the replay ratio applies again from the round after."""
+        self.refresh = self.refresh_on_drift and trigger in DRIFT_TRIGGERS
+
     def next_prompts(self, n: int | None = None):
         """Plan the round: expire old groups, pick the replayed ones, return prompts for the rest."""
         if self.harvest and not self.harvested:
             self._harvest()
         self.buffer.expire(self.policy_version)
         want = min(round(self.replay_ratio * self.prompts_per_round), self.prompts_per_round - 1)
+        want = 0 if self.refresh else want
         self.replay_ids = self.buffer.sample_groups(want, self.rng)
         return super().next_prompts(self.prompts_per_round - len(self.replay_ids))
 
@@ -91,12 +101,13 @@ class ReplayMixDataModule(FreshRolloutsDataModule):
 
     def state_dict(self) -> dict:
         return super().state_dict() | {"rng": self.rng.getstate(), "replay_ids": list(self.replay_ids),
-                                       "harvested": self.harvested}
+                                       "harvested": self.harvested, "refresh": self.refresh}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.rng.setstate(_as_tuple(state["rng"]))
         self.replay_ids, self.harvested = list(state["replay_ids"]), state["harvested"]
+        self.refresh = state.get("refresh", False)
 
 
 def _as_tuple(x):

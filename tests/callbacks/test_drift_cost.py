@@ -76,3 +76,12 @@ def test_cost_ledger_by_hand(tmp_path):
     never = sum(r.provenance.times_used == 0 for g in dm.buffer.groups.values() for r in g)
     assert s["cost/records_unused_at_end"] == never
     assert s["cost/records_evicted_unused"] == dm.buffer.evicted_unused
+
+
+def test_a_drift_trigger_makes_the_next_replay_round_all_fresh(tmp_path):
+    """replay 0.5 with refresh_on_drift: a staleness trigger ends each round after 2 steps, and every
+    round it triggers is followed by one that replays nothing."""
+    stage = stage_cfg(tmp_path, ["algorithm.epochs_per_round=2"])
+    trainer, dm, regenerate = fit(stage, 8, [DriftTrigger(None, None, max_staleness=1)])
+    assert regenerate.triggers["staleness"] >= 1
+    assert regenerate.replay_fracs == [0.0] * len(regenerate.replay_fracs)

@@ -107,7 +107,7 @@ def test_diagnostics_are_sliced_by_source_and_staleness(replay_run):
 
 def test_resume_restores_the_buffer_exactly(tmp_path):
     stage = stage_cfg(tmp_path)
-    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0, every_n_epochs=1,
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=1, every_n_epochs=1,
                                  save_on_train_epoch_end=True, enable_version_counter=False)
     _, dm, regenerate = fit(stage, 6, [checkpoint])
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
