@@ -3,6 +3,7 @@
     python train.py                                  # the embedded default (SFT → GRPO on arithmetic)
     python train.py algorithm=sft data=demonstrations trainer.max_steps=200
     python train.py -m seed=1,2,3                    # a sweep: one output dir and W&B run per job
+    python train.py resume=true hydra.run.dir=DIR    # continue a killed run from its checkpoints
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import hydra  # noqa: E402
@@ -21,7 +23,8 @@ from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from callbacks.summary import RunSummary  # noqa: E402
-from trainers.pipeline import plan_stages, run_stage, set_run_fields  # noqa: E402
+from trainers.pipeline import (checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
+                               run_stage, set_run_fields)
 from trainers.validation import ConfigError  # noqa: E402
 
 
@@ -35,21 +38,39 @@ def run_names(hc) -> tuple[Path, str, str]:
 
 def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
     stages = plan_stages(cfg, user_overrides)  # composes + validates all stages, builds no model
-    if (out / "summary.json").exists():
-        raise ConfigError(f"{out} already holds a finished run (summary.json); choose another hydra.run.dir")
+    finished = _finished(out, cfg.resume)
     for s in stages:
         set_run_fields(s.cfg, out, s.name, group, name)
     OmegaConf.save({s.name: OmegaConf.to_container(s.cfg, resolve=True) for s in stages}, out / "config.yaml")
     summary, policy, tokenizer = RunSummary(out / "summary.json"), None, None
     for s in stages:
-        print(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}")
-        policy, tokenizer, metrics = run_stage(s, policy, tokenizer)
+        if s.name in finished:  # resume: this stage is done; take the policy it ended with
+            print(f"\n=== stage {s.name}: finished in the resumed run; loading its final weights")
+            policy, tokenizer = load_finished_policy(s)
+            summary.add(s.name, finished[s.name])
+            continue
+        last = checkpoint_dir(s) / "last.ckpt"
+        ckpt = last if cfg.resume and last.is_file() else None
+        print(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}"
+              + (f" (resuming from {ckpt})" if ckpt else ""))
+        policy, tokenizer, metrics = run_stage(s, policy, tokenizer, ckpt)
         summary.add(s.name, metrics)
     policy.save_pretrained(out / "policy")
     tokenizer.save_pretrained(out / "policy")
     summary.print()
     print(f"outputs: {out} (config.yaml, summary.json, policy/)")
     return summary.stages
+
+
+def _finished(out: Path, resume: bool) -> dict:
+    """Stages already finished in `out` (resume=true), or {} for a new run (refusing a used dir)."""
+    path = out / "summary.json"
+    if not path.exists():
+        return {}
+    if not resume:
+        raise ConfigError(f"{out} already holds a run (summary.json); choose another hydra.run.dir, or "
+                          f"resume=true hydra.run.dir={out} to continue it")
+    return json.loads(path.read_text())
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

@@ -8,7 +8,8 @@ log-ratio d = log π - log μ, importance ratio ρ = exp(d); sg(·) = stop-gradi
     token     ρ_t, each token its own                                     (PPO, verl's default)
     sequence  one ratio per completion, broadcast to its tokens: the IS corrections use the full
               sequence weight Π_t ρ_t = exp(Σ_t d_t) (unbiased for the whole sample); ppo_clip uses
-              GSPO's length-normalised exp(mean_t d_t) (Zheng et al. 2025), which stays near 1
+              GSPO's length-normalised exp(mean_t d_t) (Zheng et al. 2025), which stays near 1, in its
+              "GSPO-token" form (value s_i, gradient s_i·∇log π_t) so per-token advantages work too
 
 The corrections (each returns the unreduced per-token loss [B, T] and detached metrics; the caller
 aggregates with losses.common.aggregate):
@@ -52,7 +53,7 @@ def log_ratio(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: to
 
 
 def _metrics(weights: torch.Tensor, mask: torch.Tensor, dropped: torch.Tensor | None = None) -> dict:
-    w = weights.detach()
+    w = torch.where(mask.bool(), weights.detach(), 0.0)  # an overflowed (inf) weight off the mask: no NaN
     m = {"ratio_mean": masked_mean(w, mask), "ratio_max": (w * mask).max() if mask.any() else w.new_zeros(())}
     if dropped is not None:
         m["clip_frac"] = masked_mean(dropped.float(), mask)
@@ -70,7 +71,10 @@ def ppo_clip(logprobs, behaviour_logprobs, advantages, mask, clip_low: float, cl
     """PPO's clipped surrogate with ratio at `level` (sequence: GSPO's length-normalised ratio)."""
     if level == "token":
         return clipped_surrogate(logprobs, behaviour_logprobs, advantages, mask, clip_low, clip_high)
-    d = log_ratio(logprobs, behaviour_logprobs, mask, level, normalise=True)
+    # GSPO-token: the value of the sequence ratio s_i, the gradient of each token's own log π
+    # (s_i · ∇log π_t), so per-token advantages (PPO's GAE) keep their per-token weights.
+    seq = log_ratio(logprobs, behaviour_logprobs, mask, level, normalise=True).detach()
+    d = seq + logprobs - logprobs.detach()
     return clipped_surrogate(d, torch.zeros_like(d), advantages, mask, clip_low, clip_high)
 
 
@@ -90,7 +94,8 @@ def masked_is(logprobs, behaviour_logprobs, advantages, mask, low: float, high: 
         raise ValueError(f"masked_is needs 0 ≤ low < 1 < high, got low={low}, high={high}")
     rho = torch.exp(log_ratio(logprobs, behaviour_logprobs, mask, level)).detach()
     keep = (rho >= low) & (rho <= high)
-    return -(rho * keep) * _broadcast(advantages) * logprobs, _metrics(rho, mask, ~keep)
+    weight = torch.where(keep, rho, 0.0)  # not rho * keep: an overflowed ρ = inf would give inf·0 = NaN
+    return -weight * _broadcast(advantages) * logprobs, _metrics(rho, mask, ~keep)
 
 
 def effective_sample_size_frac(log_weights: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
+import torch
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
@@ -103,8 +104,25 @@ def build_loggers(cfg: DictConfig) -> list:
     return [instantiate(node) for node in cfg.logger.values() if node is not None]
 
 
-def run_stage(stage: Stage, policy=None, tokenizer=None):
-    """Build everything for one stage and fit it; returns (policy, tokenizer, summary metrics)."""
+def checkpoint_dir(stage: Stage) -> Path:
+    return Path(stage.cfg.run.output_dir) / "checkpoints" / stage.name
+
+
+def load_finished_policy(stage: Stage):
+    """(policy, tokenizer) as a finished stage left them: its final.ckpt's policy weights (for resume)."""
+    path = checkpoint_dir(stage) / "final.ckpt"
+    if not path.is_file():
+        raise ConfigError(f"resume: stage {stage.name!r} is in summary.json but {path} is missing")
+    policy, tokenizer = instantiate(stage.cfg.model)
+    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    policy.load_state_dict({k.removeprefix("policy."): v for k, v in state.items() if k.startswith("policy.")})
+    return policy, tokenizer
+
+
+def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None):
+    """Build everything for one stage and fit it (from `ckpt_path` when resuming: weights, optimizer,
+    scheduler, data position, buffer, callback state); returns (policy, tokenizer, summary metrics).
+    The final state goes to checkpoints/<stage>/final.ckpt, so a resumed run can skip this stage."""
     cfg, start = stage.cfg, time.perf_counter()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if policy is None:
@@ -116,7 +134,9 @@ def run_stage(stage: Stage, policy=None, tokenizer=None):
     callbacks = build_callbacks(cfg, generator, reward, stage.task)
     trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_loggers(cfg) or False,
                         default_root_dir=cfg.run.output_dir)
-    trainer.fit(module, datamodule=datamodule)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    if trainer.checkpoint_callback is not None:
+        trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt")
     metrics = {"train/steps": trainer.global_step, "wall_seconds": time.perf_counter() - start}
     for cb in callbacks:
         if hasattr(cb, "summary"):

@@ -61,7 +61,7 @@ class PPOModule(RolloutModule):
             for lo in range(0, len(records), self.annotate_batch_size):
                 chunk = records[lo : lo + self.annotate_batch_size]
                 batch = collate(chunk, pad).to(self.device)
-                values = self.critic(batch.input_ids, batch.attention_mask).cpu()
+                values = self.values(batch).cpu()
                 for r, row, m in zip(chunk, values, batch.completion_mask.cpu().bool()):
                     r.values = row[m].tolist()
         batch = collate(records, pad)  # the whole round, on CPU: [N, T] floats
@@ -86,15 +86,23 @@ class PPOModule(RolloutModule):
         return records
 
     # ---- the step ------------------------------------------------------------------------------
+    def shared_forward(self, batch: ExperienceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Shared critic: one forward of the policy (as the strategy wrapped it) → (logits, values [B, T])."""
+        out = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True)
+        return out.logits, self.critic(batch.input_ids, batch.attention_mask, hidden_states=out.hidden_states[-1])
+
+    def values(self, batch: ExperienceBatch) -> torch.Tensor:
+        """V(s_t) [B, T], aligned with the batch's target positions."""
+        if self.critic.shares_policy_forward:
+            return self.shared_forward(batch)[1]
+        return self.critic(batch.input_ids, batch.attention_mask)
+
     def logprobs_and_values(self, batch: ExperienceBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Token log-probs and values [B, T]: one policy forward for a shared critic, two for a separate one."""
-        if self.critic.shares_policy_forward:
-            out = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                              output_hidden_states=True)
-            logp = token_logprobs(out.logits[:, :-1], batch.input_ids[:, 1:], self.temperature)
-            return logp, self.critic(batch.input_ids, batch.attention_mask, hidden_states=out.hidden_states[-1])
-        return (self.sequence_logprobs(self.policy, batch),
-                self.critic(batch.input_ids, batch.attention_mask))
+        if not self.critic.shares_policy_forward:
+            return self.sequence_logprobs(self.policy, batch), self.values(batch)
+        logits, values = self.shared_forward(batch)
+        return token_logprobs(logits[:, :-1], batch.input_ids[:, 1:], self.temperature), values
 
     def training_step(self, batch: ExperienceBatch, batch_idx: int):
         if batch.token_advantages is None or batch.returns is None or batch.values is None:
