@@ -19,7 +19,8 @@ from rewards.base import RewardSource, safe_score
 class RegenerateExperience(L.Callback):
     def __init__(self, generator: HFGenerator, reward: RewardSource):
         self.generator, self.reward = generator, reward
-        self.rounds = 0
+        self.rounds = self.epochs_ended = 0
+        self.last_end_step = -1
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "generation_seconds": 0.0,
                        "records_generated": 0, "records_dropped": 0, "reward_errors": 0}
         self.reward_means: list[float] = []
@@ -30,22 +31,28 @@ class RegenerateExperience(L.Callback):
         self.first_error: str | None = None
 
     def on_fit_start(self, trainer, pl_module):
-        # A run resumed from a round-end checkpoint may already hold the round its next epoch serves.
-        if getattr(trainer.datamodule, "online", False) and self.rounds <= trainer.current_epoch:
+        # A run resumed from a round-end checkpoint may already hold the round its next epoch serves
+        # (one more round than epochs ended); Lightning restores the loops only after on_fit_start.
+        if getattr(trainer.datamodule, "online", False) and self.rounds <= self.epochs_ended:
             self.regenerate(trainer, pl_module, "start")
 
     def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.global_step == self.last_end_step:  # Lightning replays the hook when it resumes from
+            return                                     # an epoch-end checkpoint: that end was handled
+        self.epochs_ended, self.last_end_step = self.epochs_ended + 1, trainer.global_step
         done = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
         if getattr(trainer.datamodule, "online", False) and not done:
             self.regenerate(trainer, pl_module, getattr(pl_module, "round_end_reason", None) or "schedule")
 
     def state_dict(self) -> dict:
-        return {"rounds": self.rounds, "totals": dict(self.totals), "reward_means": list(self.reward_means),
+        return {"rounds": self.rounds, "epochs_ended": self.epochs_ended, "last_end_step": self.last_end_step,
+                "totals": dict(self.totals), "reward_means": list(self.reward_means),
                 "source_means": {k: list(v) for k, v in self.source_means.items()},
                 "triggers": dict(self.triggers), "replay_fracs": list(self.replay_fracs), "abstained": self.abstained, "timeouts": self.timeouts}
 
     def load_state_dict(self, state: dict) -> None:
-        self.rounds, self.totals = state["rounds"], dict(state["totals"])
+        self.rounds, self.epochs_ended, self.totals = state["rounds"], state["epochs_ended"], dict(state["totals"])
+        self.last_end_step = state["last_end_step"]
         self.reward_means, self.triggers = list(state["reward_means"]), dict(state["triggers"])
         self.replay_fracs = list(state["replay_fracs"])
         self.source_means = {k: list(v) for k, v in state["source_means"].items()}

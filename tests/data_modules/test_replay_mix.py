@@ -43,7 +43,7 @@ def fit(stage, max_steps, callbacks=(), ckpt_path=None):
     regenerate = build(cfg.callbacks.regenerate, generator=instantiate(cfg.generator), reward=CharSumReward())
     trainer = L.Trainer(**(dict(cfg.trainer) | {"max_steps": max_steps}), logger=False,
                         enable_progress_bar=False, default_root_dir=cfg.run.output_dir,
-                        callbacks=[regenerate, *callbacks])
+                        callbacks=[*callbacks, regenerate])
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     return trainer, dm, regenerate
 
@@ -123,7 +123,9 @@ def test_resume_restores_the_buffer_exactly(tmp_path):
     trainer, dm2, regenerate2 = fit(stage, 8, [AtResume()], ckpt_path=tmp_path / "ckpt" / "last.ckpt")
     assert seen["state"] == saved["ReplayMixDataModule"]
     assert seen["groups"] == dm.buffer.groups  # records equal field by field, provenance included
-    assert trainer.global_step == 8 and regenerate2.rounds == regenerate.rounds + 1
+    # the killed run ended at max_steps with no round pending: the resumed one makes one at fit start
+    # (Lightning may then serve it for fewer steps: it restores the epoch's batch progress)
+    assert trainer.global_step == 8 and regenerate2.triggers["start"] == 2
     new_groups = set(dm2.buffer.groups) - set(dm.buffer.groups)
     assert new_groups and min(new_groups) >= dm.next_group_id  # numbering continues, no collision
 
