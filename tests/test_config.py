@@ -210,3 +210,32 @@ def test_grpo_on_demonstrations_is_refused(hydra_conf):
 def test_missing_model_dir_is_found_when_planning(hydra_conf):
     with pytest.raises((ConfigError, FileNotFoundError), match="model.name_or_path"):
         plan(hydra_conf, ["model=hf", "model.name_or_path=/nonexistent/model"])
+
+
+REPLAY = ["algorithm=grpo", "data=replay_mix"]
+
+
+def test_uncorrected_replay_is_refused_unless_allowed(hydra_conf):
+    with pytest.raises(ConfigError, match=r"correction=none.*data\.allow_uncorrected=true"):
+        plan(hydra_conf, REPLAY + ["correction=none", "data.replay_ratio=0.5"])
+    [stage] = plan(hydra_conf, REPLAY + ["correction=none", "data.replay_ratio=0.5", "data.allow_uncorrected=true"])
+    assert stage.cfg.algorithm.correction._target_ == "losses.correction.no_correction"
+    [stage] = plan(hydra_conf, REPLAY + ["correction=none", "data.replay_ratio=0"])  # pure on-policy: fine
+    for choice in ("ppo_clip", "truncated_is", "masked_is"):
+        [stage] = plan(hydra_conf, REPLAY + [f"correction={choice}"])
+        assert callable(instantiate(stage.cfg.algorithm.correction))
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["data.replay_ratio=1.0"], "data.replay_ratio"),
+    (["data.harvest=/nonexistent/store"], "data.harvest"),
+])
+def test_bad_replay_settings_name_the_key(hydra_conf, overrides, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        plan(hydra_conf, REPLAY + overrides)
+
+
+def test_onpolicy_vs_replay_sweeps_the_ratio_from_the_command_line(hydra_conf):
+    """`-m experiment=onpolicy_vs_replay data.replay_ratio=0,0.5,0.9`: the ratio reaches the GRPO stage."""
+    sft, grpo = plan(hydra_conf, ["experiment=onpolicy_vs_replay", "data.replay_ratio=0.9"])
+    assert grpo.cfg.data.replay_ratio == 0.9 and "replay_ratio" not in sft.cfg.data
