@@ -116,14 +116,19 @@ class ExperienceBuffer:
 
     # ---- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"groups": [[record_to_row(r) for r in g] for g in self.groups.values()],
+        kinds = {type(r).__name__ for g in self.groups.values() for r in g}
+        return {"record_type": kinds.pop() if kinds else "ExperienceRecord",
+                "groups": [[record_to_row(r) for r in g] for g in self.groups.values()],
                 "latest_ids": list(self.latest_ids), "evicted": self.evicted,
                 "evicted_unused": self.evicted_unused, "evicted_by": dict(self.evicted_by)}
 
     def load_state_dict(self, state: dict) -> None:
+        from data_modules.preferences import PreferenceRecord  # a module above this one: import late
+        cls = {"ExperienceRecord": ExperienceRecord, "PreferenceRecord": PreferenceRecord}[
+            state.get("record_type", "ExperienceRecord")]
         self.groups = OrderedDict()
         for rows in state["groups"]:
-            group = [row_to_record(row) for row in rows]
+            group = [row_to_record(row, cls) for row in rows]
             self.groups[group[0].group_id] = group
         self.latest_ids = list(state["latest_ids"])
         self.evicted, self.evicted_unused = state["evicted"], state["evicted_unused"]

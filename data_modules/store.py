@@ -77,11 +77,12 @@ def record_to_row(record: ExperienceRecord) -> dict:
     return row
 
 
-def row_to_record(row: dict) -> ExperienceRecord:
-    """Inverse of `record_to_row`; missing fields take their defaults, unknown keys are ignored."""
+def row_to_record(row: dict, cls: type = ExperienceRecord):
+    """Inverse of `record_to_row`; missing fields take their defaults, unknown keys are ignored. `cls`:
+    the record dataclass the row came from (a buffer of online DPO's pairs holds PreferenceRecords)."""
     provenance = Provenance(**_fields_of(Provenance, row["provenance"]))
     rest = {k: v for k, v in row.items() if k != "provenance"}
-    return ExperienceRecord(provenance=provenance, **_fields_of(ExperienceRecord, rest))
+    return cls(provenance=provenance, **_fields_of(cls, rest))
 
 
 # ---------------------------------------------------------------- Parquet columns

@@ -99,3 +99,16 @@ def test_bad_settings_are_refused():
         ExperienceBuffer(10, eviction="newest")
     with pytest.raises(ValueError, match="sampling"):
         ExperienceBuffer(10, sampling="greedy")
+
+
+def test_a_buffer_of_preference_pairs_round_trips_as_pairs():
+    """Online DPO keeps PreferenceRecords in its buffer: they come back from a checkpoint as such."""
+    from data_modules.preferences import PreferenceRecord
+    pair = PreferenceRecord(prompt_ids=[1, 4], chosen_ids=[5, 2], rejected_ids=[6, 2], group_id=3,
+                            provenance=Provenance(source="policy_rollout", created_step=2, policy_version=2),
+                            chosen_reward=1.0, rejected_reward=0.0)
+    buf = ExperienceBuffer(capacity=10)
+    buf.put([pair])
+    again = ExperienceBuffer(capacity=10)
+    again.load_state_dict(buf.state_dict())
+    assert again.groups == {3: [pair]} and isinstance(again.groups[3][0], PreferenceRecord)
