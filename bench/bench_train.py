@@ -64,6 +64,14 @@ CASES = {
     "grpo": ["algorithm=grpo", "data=fresh_rollouts", "data.prompts_per_round=16", "data.batch_size=128",
              "algorithm.group_size=8", "algorithm.epochs_per_round=1", "algorithm.beta=0.04",
              "generator.max_new_tokens=8", *MODEL],
+    # the same rounds, 90% of each round's groups replayed from the buffer (14 of 16): less generation
+    "grpo_replay90": ["algorithm=grpo", "data=replay_mix", "data.replay_ratio=0.9", "data.max_staleness=40",
+                      "data.max_reuse=10", "data.prompts_per_round=16", "data.batch_size=128",
+                      "algorithm.group_size=8", "algorithm.epochs_per_round=1", "algorithm.beta=0.04",
+                      "generator.max_new_tokens=8", *MODEL],
+    # PPO on the same rounds (μ = 1 for one step a round): adds the value head and GAE
+    "ppo": ["algorithm=ppo", "data=fresh_rollouts", "data.prompts_per_round=16", "data.batch_size=128",
+            "algorithm.group_size=8", "algorithm.epochs_per_round=1", "generator.max_new_tokens=8", *MODEL],
     "sft": ["algorithm=sft", "data=demonstrations", "data.batch_size=64", *MODEL],
 }
 
@@ -180,9 +188,9 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
             super().__init__(*args)
             self.round_costs: list[dict] = []
 
-        def regenerate(self, trainer, pl_module):
+        def regenerate(self, trainer, pl_module, trigger="schedule"):
             before = dict(self.totals)
-            records = super().regenerate(trainer, pl_module)
+            records = super().regenerate(trainer, pl_module, trigger)
             self.round_costs.append({k: self.totals[k] - before[k]
                                      for k in ("generation_seconds", "generated_tokens")})
             return records
