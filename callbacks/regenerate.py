@@ -3,9 +3,14 @@
 One Lightning epoch is one round. Lightning rebuilds the train dataloader before each epoch
 (reload_dataloaders_every_n_epochs=1), after `on_fit_start` and after the previous epoch's
 `on_train_epoch_end`: so the first round is made in `on_fit_start` and every next one in
-`on_train_epoch_end`, and epoch k serves round k. A round serves `steps_per_round` optimizer steps.
+`on_train_epoch_end`, and epoch k serves round k. A round serves `steps_per_round` optimizer steps,
+unless the module ends it early (callbacks/drift.py, PPO's target KL); each round's reason is logged
+as `rollout/trigger/<reason>`. The callback's totals are checkpointed, and a resumed run makes a round
+at fit start only if the checkpoint holds none still to serve.
 """
 from __future__ import annotations
+
+import copy
 
 import lightning as L
 from torchmetrics import MeanMetric
@@ -44,19 +49,15 @@ class RegenerateExperience(L.Callback):
         if getattr(trainer.datamodule, "online", False) and not done:
             self.regenerate(trainer, pl_module, getattr(pl_module, "round_end_reason", None) or "schedule")
 
+    STATE = ("rounds", "epochs_ended", "last_end_step", "totals", "reward_means", "source_means",
+             "triggers", "replay_fracs", "abstained", "timeouts")  # in the checkpoint, for resume
+
     def state_dict(self) -> dict:
-        return {"rounds": self.rounds, "epochs_ended": self.epochs_ended, "last_end_step": self.last_end_step,
-                "totals": dict(self.totals), "reward_means": list(self.reward_means),
-                "source_means": {k: list(v) for k, v in self.source_means.items()},
-                "triggers": dict(self.triggers), "replay_fracs": list(self.replay_fracs), "abstained": self.abstained, "timeouts": self.timeouts}
+        return copy.deepcopy({k: getattr(self, k) for k in self.STATE})
 
     def load_state_dict(self, state: dict) -> None:
-        self.rounds, self.epochs_ended, self.totals = state["rounds"], state["epochs_ended"], dict(state["totals"])
-        self.last_end_step = state["last_end_step"]
-        self.reward_means, self.triggers = list(state["reward_means"]), dict(state["triggers"])
-        self.replay_fracs = list(state["replay_fracs"])
-        self.source_means = {k: list(v) for k, v in state["source_means"].items()}
-        self.abstained, self.timeouts = state["abstained"], state["timeouts"]
+        for k in self.STATE:
+            setattr(self, k, copy.deepcopy(state[k]))
 
     def regenerate(self, trainer: L.Trainer, pl_module, trigger: str = "schedule") -> list[ExperienceRecord]:
         """Make one round; `trigger` is why (start | schedule | ess | kl | staleness | target_kl)."""
