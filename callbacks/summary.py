@@ -26,7 +26,8 @@ class RunSummary:
     def table(self) -> Table:
         keys = ["val/accuracy_before", "val/accuracy_after", "val/pref_accuracy_before",
                 "val/pref_accuracy_after", "rollout/reward_mean_first",
-                "rollout/reward_mean", "cost/generated_tokens", "train/steps", "wall_seconds"]
+                "rollout/reward_mean", "rollout/replay_frac_mean", "cost/generated_tokens", "cost/usd",
+                "cost/accuracy_gain_per_mtok", "train/steps", "wall_seconds"]
         table = Table(title="policyshift run summary")
         table.add_column("metric")
         for name in self.stages:
