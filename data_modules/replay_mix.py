@@ -3,8 +3,8 @@ round(replay_ratio × prompts_per_round) are replayed from the buffer (as many a
 its staleness and reuse rules) and the rest are freshly generated. replay_ratio 0 is pure on-policy;
 0.9 generates a tenth of the tokens per round. Groups stay whole, so a round's size (and steps) is
 constant. With `refresh_on_drift`, a round that a drift trigger ended early (callbacks/drift.py) is
-followed by an all-fresh round. `harvest=<dir>` adds the experience of an earlier run's store to the buffer before the first
-round, as off-policy data (served_as "dataset"; its behaviour log-probs kept when the tokenizer matches,
+followed by an all-fresh round. `harvest=<dir>` adds the experience of an earlier run's store to the
+buffer before the first round, as off-policy data (served_as "dataset"; its behaviour log-probs kept when the tokenizer matches,
 else recomputed under the starting policy: `harvest_mismatch=retokenize`, or refused: `refuse`).
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ class ReplayMixDataModule(FreshRolloutsDataModule):
     def __init__(self, replay_ratio: float, max_staleness: int | None, max_reuse: int | None,
                  eviction: str, sampling: str, priority_alpha: float, harvest: str | None,
                  harvest_mismatch: str, allow_uncorrected: bool, refresh_on_drift: bool, **kwargs):
+        # allow_uncorrected is read by trainers/validation.py (correction=none on replayed data)
         self.buffer_rules = dict(max_staleness=max_staleness, max_reuse=max_reuse, eviction=eviction,
                                  sampling=sampling, priority_alpha=priority_alpha)
         super().__init__(**kwargs)
@@ -36,10 +37,6 @@ class ReplayMixDataModule(FreshRolloutsDataModule):
 
     def make_buffer(self, capacity: int) -> ExperienceBuffer:
         return ExperienceBuffer(capacity, **self.buffer_rules)
-
-    @property
-    def max_staleness(self) -> int | None:
-        return self.buffer.max_staleness
 
     def on_trigger(self, trigger: str) -> None:
         """Told why the coming round is made: after a drift trigger (callbacks/drift.py) and with
