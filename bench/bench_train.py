@@ -197,7 +197,9 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
 
     rss_imports = peak_rss_mb()
     steps = warmup + runs + 1  # +1: a step's wall time is measured from the previous step's end
-    overrides = ["experiment=single", "logger=none", f"trainer.max_steps={steps}", *CASES[case]]
+    # no checkpoints: Lightning would add a ModelCheckpoint saving every round (~0.1 s each; not a step cost)
+    overrides = ["experiment=single", "logger=none", "trainer.enable_checkpointing=false",
+                 f"trainer.max_steps={steps}", *CASES[case]]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
     validate(cfg, case)

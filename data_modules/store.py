@@ -44,12 +44,18 @@ KEY_FINGERPRINT = b"policyshift.tokenizer_fingerprint"
 KEY_JSON = b"policyshift.json_columns"
 ROUND_FILE = re.compile(r"round_(\d+)\.parquet")
 MISMATCH_MODES = ("refuse", "retokenize")
+PLAIN_SCALARS, PLAIN_NUMBERS = (bool, int, float, str), (int, float)
 
 
 # ---------------------------------------------------------------- rows (plain dicts)
 def _plain(value: Any, where: str) -> Any:
     """A deep copy made only of str/int/float/bool/None/list/dict (numpy scalars become Python ones)."""
-    if value is None or isinstance(value, bool):
+    kind = type(value)
+    if value is None or kind in PLAIN_SCALARS:  # fast path: the common case, already plain
+        return value
+    if kind is list and all(type(v) in PLAIN_NUMBERS for v in value):  # token ids, log-probs
+        return list(value)
+    if isinstance(value, bool):
         return value
     for kind in (int, float, str):
         if isinstance(value, kind):
