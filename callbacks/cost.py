@@ -19,11 +19,7 @@ import time
 
 import lightning as L
 
-from callbacks.logging import log_now
-
-
-def _find(trainer: L.Trainer, name: str):
-    return next((cb for cb in trainer.callbacks if type(cb).__name__ == name), None)
+from callbacks.logging import find_callback, log_now
 
 
 class CostLedger(L.Callback):
@@ -64,7 +60,8 @@ class CostLedger(L.Callback):
 
     def ledger(self, trainer: L.Trainer) -> dict[str, float]:
         """The run's ledger so far (reads the generation totals and the eval numbers it needs)."""
-        regen, evaluation = _find(trainer, "RegenerateExperience"), _find(trainer, "HeldOutEvaluation")
+        regen = find_callback(trainer, "RegenerateExperience")
+        evaluation = find_callback(trainer, "HeldOutEvaluation")
         if regen is not None:
             self.generation = dict(regen.totals)
             seen = [m for m in regen.reward_means if m == m]

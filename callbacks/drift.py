@@ -26,11 +26,10 @@ class DriftTrigger(L.Callback):
             return "ess"
         if self.max_kl is not None and diag.get("train/kl_behaviour", 0.0) > self.max_kl:
             return "kl"
+        if self.max_staleness is None:
+            return None
         oldest = getattr(trainer.datamodule, "round_oldest_version", lambda: None)()
-        if self.max_staleness is not None and oldest is not None \
-                and trainer.global_step - oldest > self.max_staleness:
-            return "staleness"
-        return None
+        return "staleness" if oldest is not None and trainer.global_step - oldest > self.max_staleness else None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         reason = self.reason(trainer, pl_module)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import lightning as L
 from torchmetrics import MeanMetric
 
-from callbacks.logging import log_now, say
+from callbacks.logging import find_callback, log_now, say
 from data_modules.tasks.base import Task, encode_prompt
 from models.generation import HFGenerator
 from rewards.base import RewardSource
@@ -76,5 +76,5 @@ class HeldOutEvaluation(L.Callback):
 
 def generated_tokens(trainer: L.Trainer) -> int:
     """Tokens generated for training so far in this stage (by the regeneration callback, if any)."""
-    return sum(cb.totals["generated_tokens"] for cb in trainer.callbacks
-               if type(cb).__name__ == "RegenerateExperience")
+    regen = find_callback(trainer, "RegenerateExperience")
+    return regen.totals["generated_tokens"] if regen is not None else 0

@@ -11,6 +11,11 @@ def log_now(trainer: L.Trainer, metrics: dict[str, float]) -> None:
             logger.log_metrics(metrics, step=trainer.global_step)
 
 
+def find_callback(trainer: L.Trainer, name: str):
+    """The trainer's callback of class `name` (by name: callbacks read each other without importing), or None."""
+    return next((cb for cb in trainer.callbacks if type(cb).__name__ == name), None)
+
+
 def say(trainer: L.Trainer, message: str) -> None:
     """Print a line on rank 0 without breaking the progress bar."""
     if not trainer.is_global_zero:

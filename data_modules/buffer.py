@@ -60,9 +60,11 @@ class ExperienceBuffer:
         candidates = [g for g in self.groups if g not in protected]
         if self.eviction == "lowest_priority":
             candidates.sort(key=lambda g: group_priority(self.groups[g]))  # stable: oldest first among ties
+        size = len(self)
         for gid in candidates:
-            if len(self) <= self.capacity:
+            if size <= self.capacity:
                 return
+            size -= len(self.groups[gid])
             self._drop(gid, "capacity")
 
     def _drop(self, gid: int, rule: str) -> None:

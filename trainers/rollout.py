@@ -95,6 +95,7 @@ class RolloutModule(PolicyModule):
             self.log("train/kl", metrics.pop("kl"), prog_bar=True, batch_size=n)
         diag = self.offpolicy_diagnostics(batch, logp.detach())
         self.last_diagnostics = {k: float(v) for k, v in diag.items()}
+        # diag's token-level ratio_mean/ratio_max replace the correction's (at its level) under one name
         self.log_dict({f"train/{k}": v for k, v in metrics.items()} | diag, batch_size=n)
 
     @torch.no_grad()
