@@ -16,15 +16,18 @@ class ExperienceDataModule(L.LightningDataModule):
 
     `online` data modules are fed by `callbacks.regenerate.RegenerateExperience`; offline ones own
     their data from the start. Each epoch's order is a seeded shuffle, repeated `passes` times.
+    A batch holds `batch_size` records (one optimizer step); the module runs it in micro-batches of
+    `micro_batch_size` records (gradient accumulation, trainers/base.py).
     """
 
     online = False
     passes = 1  # times an epoch serves its records (GRPO/PPO's μ for online data)
 
-    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, seed: int):
+    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int,
+                 micro_batch_size: int, seed: int):
         super().__init__()
         self.task, self.tokenizer = task, tokenizer
-        self.batch_size, self.seed = batch_size, seed
+        self.batch_size, self.micro_batch_size, self.seed = batch_size, micro_batch_size, seed
         self.epochs_served = 0
 
     def epoch_records(self) -> list[ExperienceRecord]:

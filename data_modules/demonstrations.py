@@ -10,9 +10,9 @@ from data_modules.tasks.base import Task, encode_completion, encode_prompt
 
 
 class DemonstrationsDataModule(ExperienceDataModule):
-    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, seed: int,
+    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, micro_batch_size: int, seed: int,
                  source: str, max_examples: int | None = None):
-        super().__init__(task, tokenizer, batch_size, seed)
+        super().__init__(task, tokenizer, batch_size, micro_batch_size, seed)
         examples = task.train[:max_examples] if max_examples else task.train
         self.records = [self._record(ex, source, i) for i, ex in enumerate(examples)]
 

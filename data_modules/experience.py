@@ -79,6 +79,25 @@ class ExperienceBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def select(self, rows: slice | list[int]) -> "ExperienceBatch":
+        """The sub-batch of `rows`, trimmed to its own longest sequence (right padding)."""
+        index = rows if isinstance(rows, slice) else torch.tensor(rows, device=self.input_ids.device)
+        width = int(self.attention_mask[index].sum(-1).max())
+        picked = {}
+        for k, v in self.__dict__.items():
+            if isinstance(v, torch.Tensor):
+                v = v[index]
+                if v.dim() == 2:  # [B, L] ids/mask, or [B, L-1] per-target-position fields
+                    v = v[:, :width] if k in ("input_ids", "attention_mask") else v[:, : width - 1]
+            picked[k] = v
+        picked["records"] = self.records[rows] if isinstance(rows, slice) else [self.records[i] for i in rows]
+        return replace(self, **picked)
+
+    def split(self, size: int) -> list["ExperienceBatch"]:
+        """Micro-batches of `size` rows in order (the batch itself when it is no larger)."""
+        n = len(self)
+        return [self] if size >= n else [self.select(slice(lo, min(lo + size, n))) for lo in range(0, n, size)]
+
 
 TOKEN_FIELDS = ("ref_logprobs", "values", "returns", "token_advantages")  # optional per-token lists
 

@@ -17,10 +17,10 @@ from data_modules.tasks.base import Example, Task, encode_prompt
 class FreshRolloutsDataModule(ExperienceDataModule):
     online = True
 
-    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, seed: int,
+    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, micro_batch_size: int, seed: int,
                  prompts_per_round: int, group_size: int, epochs_per_round: int, buffer_capacity: int,
                  store: str | None = None):
-        super().__init__(task, tokenizer, batch_size, seed)
+        super().__init__(task, tokenizer, batch_size, micro_batch_size, seed)
         self.prompts_per_round, self.group_size = prompts_per_round, group_size
         self.passes = epochs_per_round
         self.buffer = self.make_buffer(buffer_capacity)

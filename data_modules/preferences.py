@@ -102,6 +102,20 @@ class PreferenceBatch:
     def __len__(self) -> int:
         return len(self.records)
 
+    def split(self, size: int) -> list["PreferenceBatch"]:
+        """Micro-batches of `size` records (2·size sequences each: first halves, then second halves)."""
+        n = len(self)
+        if size >= n:
+            return [self]
+        out = []
+        for lo in range(0, n, size):
+            hi = min(lo + size, n)
+            rows = list(range(lo, hi)) + list(range(n + lo, n + hi))
+            out.append(PreferenceBatch(
+                self.sequences.select(rows), None if self.ref_logps is None else self.ref_logps[rows],
+                self.records[lo:hi], None if self.desirable is None else self.desirable[lo:hi]))
+        return out
+
 
 def collate_preferences(records: list, pad_id: int) -> PreferenceBatch:
     """PreferenceRecords or UnpairedRecords → one PreferenceBatch (first halves, then second halves)."""
@@ -175,8 +189,8 @@ class PreferenceDataModule(ExperienceDataModule):
     """Serves a fixed list of preference (or unpaired) records in seeded shuffles; `heldout_pairs` are
     never trained on and are what `callbacks.preference_eval` measures preference accuracy on."""
 
-    def __init__(self, task, tokenizer, batch_size: int, seed: int):
-        super().__init__(task, tokenizer, batch_size, seed)
+    def __init__(self, task, tokenizer, batch_size: int, micro_batch_size: int, seed: int):
+        super().__init__(task, tokenizer, batch_size, micro_batch_size, seed)
         self.records: list = []
         self.heldout_pairs: list[PreferenceRecord] = []
         self.stats = DataStats()

@@ -26,11 +26,11 @@ NO_LIMIT = 1_000_000  # tokenizers without a real limit report ~1e30
 
 
 class StaticPreferencesDataModule(PreferenceDataModule):
-    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, seed: int,
+    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, micro_batch_size: int, seed: int,
                  path: str | None, heldout_path: str | None, split: str, num_heldout: int,
                  columns: dict, chat: bool, unpaired: bool, skip_bad_rows: bool, max_length: int | None,
                  synthetic: Callable | None):
-        super().__init__(task, tokenizer, batch_size, seed)
+        super().__init__(task, tokenizer, batch_size, micro_batch_size, seed)
         self.max_length, self.fitted = max_length, False
         self.source = path or "synthetic"
         if path is None:

@@ -2,16 +2,48 @@
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+CHUNK_ELEMENTS = 1 << 25  # logits per chunk (128 MB in float32): bounds memory at any vocabulary size
+
+
+def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logit[target] - logsumexp(logits) for rows [N, V], targets [N], in float32."""
+    scaled = logits.float() / temperature
+    return scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+
+
+def _chunks(n_rows: int, vocab: int, chunk_elements: int):
+    step = max(1, chunk_elements // max(vocab, 1))
+    return [(lo, min(lo + step, n_rows)) for lo in range(0, n_rows, step)]
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                   chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
     """Log-prob of each target token under softmax(logits / temperature).
 
     logits [B, T, V], targets [B, T] (already shifted: targets[:, t] is predicted by logits[:, t]).
-    Returns [B, T]. Uses log_softmax in float32 for stability.
+    Returns [B, T] in float32, as logit[target] - logsumexp(logits), `chunk_elements` logits at a time:
+    no float32 copy of the whole [B, T, V] exists (under autograd each chunk is recomputed in backward).
     """
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return head_token_logprobs(logits, None, targets, temperature, chunk_elements)
+
+
+def head_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float = 1.0,
+                        chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
+    """Like `token_logprobs`, from hidden states [B, T, H] through `head` (the LM head, H → V), chunk by
+    chunk: the [B, T, V] logits never exist at once (head=None: `hidden` already holds the logits)."""
+    shape = targets.shape
+    flat, tgt = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    vocab = head.weight.shape[0] if head is not None else flat.shape[-1]
+    fn = (lambda h, t: _chunk_logprobs(head(h), t, temperature)) if head is not None else (
+        lambda h, t: _chunk_logprobs(h, t, temperature))
+    spans = _chunks(flat.shape[0], vocab, chunk_elements)
+    recompute = torch.is_grad_enabled() and len(spans) > 1
+    out = [checkpoint(fn, flat[lo:hi], tgt[lo:hi], use_reentrant=False) if recompute else fn(flat[lo:hi], tgt[lo:hi])
+           for lo, hi in spans]
+    return (torch.cat(out) if out else flat.new_zeros(0, dtype=torch.float32)).view(shape)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -52,3 +84,12 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean"
     if mode not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation mode {mode!r}; choose one of {sorted(AGGREGATIONS)}")
     return AGGREGATIONS[mode](values, mask, max_len or values.shape[-1])
+
+
+def aggregation_weight(mask: torch.Tensor, mode: str) -> float:
+    """How much a micro-batch weighs when `aggregate`d losses of micro-batches are combined into the
+    loss of their whole batch: its mask's tokens for token_mean, its sequences for the per-sequence
+    modes. Σ_i loss_i · w_i / Σ_i w_i is then exactly the whole batch's aggregate."""
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation mode {mode!r}; choose one of {sorted(AGGREGATIONS)}")
+    return float(mask.sum()) if mode == "token_mean" else float(mask.shape[0])

@@ -1,8 +1,17 @@
-"""Shared by every algorithm: the policy forward, token log-probs, optimizer/scheduler from config,
-batch transfer, and the non-finite-loss guard."""
+"""Shared by every algorithm: the optimizer step over micro-batches, the policy forward and token
+log-probs in bounded memory, the reference policy, optimizer/scheduler from config, batch transfer, and
+the non-finite-loss guard.
+
+One `training_step` is one optimizer step on `data.batch_size` records, computed in micro-batches of
+`data.micro_batch_size` with gradient accumulation (Lightning's manual optimization, so the progress
+bar, `trainer.max_steps`, rounds and schedulers all count optimizer steps). Each micro-batch's loss is
+weighted by its share of the batch's `loss_weight` (completion tokens for a token mean, records for a
+per-sequence mean), so the accumulated gradient is exactly that of the full-batch loss.
+"""
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager, nullcontext
 from typing import Callable
 
 import lightning as L
@@ -10,7 +19,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord
-from losses.common import token_logprobs
+from models.forward import sequence_token_logprobs
 
 
 class NonFiniteLossError(RuntimeError):
@@ -18,33 +27,119 @@ class NonFiniteLossError(RuntimeError):
 
 
 class PolicyModule(L.LightningModule):
-    """Holds the policy; subclasses implement `training_step` (and `annotate` for online data)."""
+    """Holds the policy; subclasses implement `micro_loss` (and `annotate` for online data)."""
+
+    automatic_optimization = False  # training_step runs the micro-batches and steps the optimizer
+    prog_bar_metrics: tuple[str, ...] = ()  # train/<name> shown in the progress bar beside the loss
 
     def __init__(self, name: str, default_data: str, policy: PreTrainedModel,
                  tokenizer: PreTrainedTokenizerBase, optimizer: Callable, scheduler: Callable | None,
-                 temperature: float, max_nonfinite: int):
+                 temperature: float, max_nonfinite: int, max_grad_norm: float | None):
         super().__init__()
         self.algorithm_name, self.default_data = name, default_data
         self.policy, self.tokenizer = policy, tokenizer
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.temperature = temperature
         self.max_nonfinite, self.nonfinite = max_nonfinite, 0
+        self.max_grad_norm = max_grad_norm  # clipped in training_step (Lightning's own clipping needs
+                                            # automatic optimization)
+        policy.train()  # dropout on while training; generation and evaluation switch to eval themselves
 
     @property
     def policy_version(self) -> int:
         """The optimizer step of the current weights: what rollouts record as their policy_version."""
         return self.trainer.global_step if self._trainer is not None else 0
 
+    # ---- the optimizer step over micro-batches ---------------------------------------------------
+    def micro_loss(self, batch) -> tuple[torch.Tensor, dict]:
+        """(scalar loss of this micro-batch, reduced as the algorithm reduces a batch; detached metrics)."""
+        raise NotImplementedError
+
+    def loss_weight(self, batch) -> float:
+        """This micro-batch's weight in the optimizer batch's loss: records (a per-record mean)."""
+        return float(len(batch))
+
+    @property
+    def micro_batch_size(self) -> int | None:
+        """data.micro_batch_size of the data module being fit (None: the whole batch in one pass)."""
+        return getattr(self._trainer.datamodule, "micro_batch_size", None) if self._trainer is not None else None
+
+    def on_train_start(self) -> None:
+        self.policy.train()
+
+    def training_step(self, batch, batch_idx: int):
+        micros = batch.split(self.micro_batch_size or len(batch))
+        weights = [self.loss_weight(m) for m in micros]
+        total = sum(weights) or 1.0
+        opt, step = self.optimizers(), StepMetrics()
+        for i, (micro, weight) in enumerate(zip(micros, weights)):
+            with self.no_backward_sync(last=i == len(micros) - 1):
+                loss, metrics = self.micro_loss(micro)
+                if self.check_finite(loss) is None:  # skip the whole optimizer step
+                    opt.zero_grad(set_to_none=True)
+                    return None
+                self.manual_backward(loss * (weight / total))
+            step.add(loss.detach(), metrics, weight)
+        loss, metrics = step.result()
+        self.log_step(batch, loss, metrics)  # before the step: the weights are still those the loss saw
+        if self.max_grad_norm:
+            self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        scheduler = self.lr_schedulers()
+        if scheduler is not None:
+            scheduler.step()
+        return loss
+
+    def no_backward_sync(self, last: bool):
+        """Gradient all-reduce only on the last micro-batch's backward (DDP; a no-op elsewhere)."""
+        block = getattr(self._trainer.strategy, "block_backward_sync", None) if self._trainer else None
+        return nullcontext() if last or block is None else block()
+
+    def log_step(self, batch, loss: torch.Tensor, metrics: dict) -> None:
+        """train/loss and train/<metric> of the optimizer step (subclasses add their own)."""
+        n = len(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=n)
+        self.log_dict({f"train/{k}": v for k, v in metrics.items() if k not in self.prog_bar_metrics},
+                      batch_size=n)
+        for k in self.prog_bar_metrics:
+            if k in metrics:
+                self.log(f"train/{k}", metrics[k], prog_bar=True, batch_size=n)
+
+    # ---- forward passes -------------------------------------------------------------------------
     def sequence_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> torch.Tensor:
-        """Per-token log-probs [B, T] of batch.input_ids[:, 1:] under `model` at the sampling temperature."""
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        return token_logprobs(logits[:, :-1], batch.input_ids[:, 1:], self.temperature)
+        """Per-token log-probs [B, T] of batch.input_ids[:, 1:] under `model` at the sampling temperature
+        (float32; the [B, T, vocab] logits are never held at once: models/forward.py)."""
+        return sequence_token_logprobs(model, batch.input_ids, batch.attention_mask, self.temperature)
+
+    @contextmanager
+    def reference_model(self):
+        """The reference policy for a no-grad forward, in eval mode: the frozen copy if there is one;
+        else the policy itself with its LoRA adapter disabled (no copy of the weights), or as it is
+        (only valid before training moves it: precomputed reference log-probs at fit start)."""
+        if getattr(self, "reference", None) is not None:
+            self.reference.to(self.device)
+            yield self.reference
+            return
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with self.policy.disable_adapter() if is_lora(self.policy) else nullcontext():
+                yield self.policy
+        finally:
+            self.policy.train(was_training)
+
+    def annotation_batches(self, records: list, collate_fn):
+        """Records in chunks of `annotate_batch_size` (default: the micro-batch size), collated, on device."""
+        size = getattr(self, "annotate_batch_size", None) or self.micro_batch_size or len(records)
+        for lo in range(0, len(records), size):
+            yield records[lo: lo + size], collate_fn(records[lo: lo + size]).to(self.device)
 
     @torch.no_grad()
     def frozen_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> list[list[float]]:
         """Completion-token log-probs of a frozen model, one list per record (for annotation)."""
         lp = self.sequence_logprobs(model, batch.to(self.device)).cpu()
-        mask = batch.completion_mask.bool()
+        mask = batch.completion_mask.cpu().bool()
         return [row[m].tolist() for row, m in zip(lp, mask)]
 
     def annotate(self, records: list[ExperienceRecord]) -> list[ExperienceRecord]:
@@ -75,6 +170,37 @@ class PolicyModule(L.LightningModule):
         if self.scheduler_factory is None:
             return opt
         return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
+
+
+class StepMetrics:
+    """Combines the micro-batches of one optimizer step: the loss and each metric as the weighted mean
+    (the full-batch value for a linear reduction), `*_max` metrics as their maximum."""
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor] = {}
+        self.weight = 0.0
+
+    def add(self, loss: torch.Tensor, metrics: dict, weight: float) -> None:
+        self.weight += weight
+        for k, v in {"loss": loss, **metrics}.items():
+            v = torch.as_tensor(v, dtype=torch.float32, device=loss.device).detach()
+            if k.endswith("_max"):
+                self.sums[k] = torch.maximum(self.sums[k], v) if k in self.sums else v
+            else:
+                self.sums[k] = self.sums.get(k, 0.0) + v * weight
+
+    def result(self) -> tuple[torch.Tensor, dict]:
+        w = self.weight or 1.0
+        out = {k: (v if k.endswith("_max") else v / w) for k, v in self.sums.items()}
+        return out.pop("loss"), out
+
+
+def is_lora(model) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a requirement
+        return False
+    return isinstance(model, PeftModel)
 
 
 def frozen_copy(model: PreTrainedModel) -> PreTrainedModel:

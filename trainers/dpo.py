@@ -20,7 +20,7 @@ class DPOModule(PreferenceModule):
         super().__init__(**kwargs)
         self.loss_fn, self.nll_coef = loss, nll_coef
 
-    def training_step(self, batch: PreferenceBatch, batch_idx: int):
+    def micro_loss(self, batch: PreferenceBatch):
         if batch.desirable is not None:
             raise TypeError(f"algorithm={self.algorithm_name} needs pairs but got unpaired records "
                             f"(algorithm.unpaired must be false)")
@@ -30,7 +30,5 @@ class DPOModule(PreferenceModule):
         per_pair, metrics = self.loss_fn(logps[:n], logps[n:], ref[:n], ref[n:])
         nll = aggregate(-tokens[:n], batch.sequences.completion_mask[:n], "token_mean")
         loss = per_pair.mean() + self.nll_coef * nll if self.nll_coef else per_pair.mean()
-        metrics |= {"logps_chosen": logps[:n].detach().mean(), "logps_rejected": logps[n:].detach().mean(),
-                    "nll_chosen": nll.detach()}
-        self.log_metrics(loss, metrics, n)
-        return self.check_finite(loss)
+        return loss, metrics | {"logps_chosen": logps[:n].detach().mean(),
+                                "logps_rejected": logps[n:].detach().mean(), "nll_chosen": nll.detach()}

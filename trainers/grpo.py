@@ -29,9 +29,8 @@ class GRPOModule(RolloutModule):
         self.annotate_reference(records)
         return records
 
-    def training_step(self, batch: ExperienceBatch, batch_idx: int):
+    def micro_loss(self, batch: ExperienceBatch):
         logp = self.sequence_logprobs(self.policy, batch)
+        self.keep_logps(logp)
         per_token, metrics = self.policy_loss(batch, logp, batch.advantages)
-        loss = aggregate(per_token, batch.completion_mask, self.loss_agg_mode)
-        self.log_step(loss, batch, logp, metrics)
-        return self.check_finite(loss)
+        return aggregate(per_token, batch.completion_mask, self.loss_agg_mode, self.loss_max_len), metrics

@@ -24,7 +24,7 @@ class KTOModule(PreferenceModule):
             raise ValueError("algorithm=kto learns from unpaired examples: algorithm.unpaired must be true")
         self.loss_fn = loss
 
-    def training_step(self, batch: PreferenceBatch, batch_idx: int):
+    def micro_loss(self, batch: PreferenceBatch):
         if batch.desirable is None:
             raise TypeError("algorithm=kto needs unpaired records (prompt, completion, label), got pairs")
         n = len(batch)
@@ -33,6 +33,4 @@ class KTOModule(PreferenceModule):
         z0 = kto_reference_point(logps[n:], ref[n:])
         z0 = self.trainer.strategy.reduce(z0, reduce_op="mean") if self._trainer is not None else z0
         per_example, metrics = self.loss_fn(logps[:n], ref[:n], batch.desirable, z0)
-        loss = per_example.mean()
-        self.log_metrics(loss, metrics, n)
-        return self.check_finite(loss)
+        return per_example.mean(), metrics

@@ -13,10 +13,10 @@ from typing import Callable
 import torch
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord, collate
-from losses.common import aggregate, masked_mean, token_logprobs
+from losses.common import aggregate, masked_mean
 from losses.value import gae, token_rewards, whiten
+from models.forward import sequence_token_logprobs
 from models.value_head import build_critic
-from trainers.base import frozen_copy
 from trainers.rollout import RolloutModule
 
 
@@ -47,8 +47,8 @@ class PPOModule(RolloutModule):
         self.vf_coef, self.value_clip, self.target_kl = vf_coef, value_clip, target_kl
         self.kl_coef = kl_coef if kl_in_reward else 0.0  # KL in the reward; β (RolloutModule) is the loss term
         self.whiten_advantages = whiten_advantages
-        if self.kl_coef > 0 and self.reference is None:  # RolloutModule builds the reference only for β > 0
-            self.reference = frozen_copy(self.policy)  # with β = 0, policy_loss adds 0·KL and logs train/kl
+        if self.kl_coef > 0 and not self.use_reference:  # RolloutModule adds a reference only for β > 0
+            self.add_reference()  # with β = 0, policy_loss adds 0·KL and logs train/kl
 
     # ---- annotation: values, rewards, GAE ------------------------------------------------------
     @torch.no_grad()
@@ -56,15 +56,12 @@ class PPOModule(RolloutModule):
         """Reference log-probs, critic values V(s_t), per-token rewards, GAE advantages (whitened over the
         round) and returns, each stored on the records as one float per completion token."""
         self.annotate_reference(records)
-        pad = self.tokenizer.pad_token_id
         with eval_mode(self.policy, self.critic):
-            for lo in range(0, len(records), self.annotate_batch_size):
-                chunk = records[lo : lo + self.annotate_batch_size]
-                batch = collate(chunk, pad).to(self.device)
+            for chunk, batch in self.annotation_batches(records, self.collate):
                 values = self.values(batch).cpu()
                 for r, row, m in zip(chunk, values, batch.completion_mask.cpu().bool()):
                     r.values = row[m].tolist()
-        batch = collate(records, pad)  # the whole round, on CPU: [N, T] floats
+        batch = collate(records, self.tokenizer.pad_token_id)  # the whole round, on CPU: [N, T] floats
         mask = batch.completion_mask
         kl = None
         if self.kl_coef > 0:
@@ -87,40 +84,40 @@ class PPOModule(RolloutModule):
 
     # ---- the step ------------------------------------------------------------------------------
     def shared_forward(self, batch: ExperienceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Shared critic: one forward of the policy (as the strategy wrapped it) → (logits, values [B, T])."""
-        out = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True)
-        return out.logits, self.critic(batch.input_ids, batch.attention_mask, hidden_states=out.hidden_states[-1])
+        """Shared critic: one forward of the policy → (token log-probs, values [B, T])."""
+        logp, hidden = sequence_token_logprobs(self.policy, batch.input_ids, batch.attention_mask,
+                                               self.temperature, with_hidden=True)
+        return logp, self.critic(batch.input_ids, batch.attention_mask, hidden_states=hidden)
 
     def values(self, batch: ExperienceBatch) -> torch.Tensor:
         """V(s_t) [B, T], aligned with the batch's target positions."""
-        if self.critic.shares_policy_forward:
-            return self.shared_forward(batch)[1]
-        return self.critic(batch.input_ids, batch.attention_mask)
+        return self.critic(batch.input_ids, batch.attention_mask)  # a shared critic runs the backbone alone
 
     def logprobs_and_values(self, batch: ExperienceBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Token log-probs and values [B, T]: one policy forward for a shared critic, two for a separate one."""
         if not self.critic.shares_policy_forward:
             return self.sequence_logprobs(self.policy, batch), self.values(batch)
-        logits, values = self.shared_forward(batch)
-        return token_logprobs(logits[:, :-1], batch.input_ids[:, 1:], self.temperature), values
+        return self.shared_forward(batch)
 
-    def training_step(self, batch: ExperienceBatch, batch_idx: int):
+    def micro_loss(self, batch: ExperienceBatch):
         if batch.token_advantages is None or batch.returns is None or batch.values is None:
             raise ValueError("algorithm=ppo needs records annotated by PPOModule.annotate (values, returns, "
                              "token_advantages on every record of the batch)")
         mask = batch.completion_mask
         logp, values = self.logprobs_and_values(batch)
+        self.keep_logps(logp)
         pg, metrics = self.policy_loss(batch, logp, batch.token_advantages)
         vf, vf_metrics = self.value_loss_fn(values, batch.values, batch.returns, mask, self.value_clip)
-        pg_loss = aggregate(pg, mask, self.loss_agg_mode)
-        vf_loss = aggregate(vf, mask, self.loss_agg_mode)
+        pg_loss = aggregate(pg, mask, self.loss_agg_mode, self.loss_max_len)
+        vf_loss = aggregate(vf, mask, self.loss_agg_mode, self.loss_max_len)
         loss = pg_loss + self.vf_coef * vf_loss
-        metrics |= {"pg_loss": pg_loss.detach(), "vf_loss": vf_loss.detach()} | vf_metrics
-        self.log_step(loss, batch, logp, metrics)
+        return loss, metrics | {"pg_loss": pg_loss.detach(), "vf_loss": vf_loss.detach()} | vf_metrics
+
+    def log_step(self, batch: ExperienceBatch, loss: torch.Tensor, metrics: dict) -> None:
+        super().log_step(batch, loss, metrics)
         kl = self.last_diagnostics.get("train/kl_behaviour", 0.0)
         if self.target_kl is not None and kl > self.target_kl:
             self.request_round_end("target_kl")
-        return self.check_finite(loss)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """The policy's trainable weights and the critic's (a shared critic's: its head alone)."""

@@ -16,20 +16,15 @@ import torch
 
 from data_modules.preferences import PreferenceBatch, PreferenceDataModule, collate_preferences
 from losses.preference import ranked_right, sequence_logps
-from trainers.base import PolicyModule, frozen_copy
-
-
-def is_lora(model) -> bool:
-    try:
-        from peft import PeftModel
-    except ImportError:  # pragma: no cover - peft is a requirement
-        return False
-    return isinstance(model, PeftModel)
+from trainers.base import PolicyModule, frozen_copy, is_lora
 
 
 class PreferenceModule(PolicyModule):
     """`beta` scales implicit rewards (β·log π/π_ref); `length_normalize` averages token log-probs
-    instead of summing them; `annotate_batch_size` records per no-grad reference/eval forward."""
+    instead of summing them; `annotate_batch_size` records per no-grad reference/eval forward (null:
+    data.micro_batch_size)."""
+
+    prog_bar_metrics = ("reward_acc",)
 
     def __init__(self, beta: float, precompute_reference: bool, length_normalize: bool,
                  annotate_batch_size: int, **kwargs):
@@ -54,15 +49,8 @@ class PreferenceModule(PolicyModule):
     def reference_forward(self, batch: PreferenceBatch) -> torch.Tensor:
         """Reference sequence log-probs [2B]: the frozen copy, or the policy (adapter disabled under
         LoRA; only valid as the reference before training moves it, i.e. when caching at fit start)."""
-        if self.reference is not None:
-            return self.batch_logps(self.reference, batch)
-        model, was_training = self.policy, self.policy.training
-        model.eval()
-        try:
-            with model.disable_adapter() if is_lora(model) else nullcontext():
-                return self.batch_logps(model, batch)
-        finally:
-            model.train(was_training)
+        with self.reference_model() as model:
+            return self.batch_logps(model, batch)
 
     def reference_logps(self, batch: PreferenceBatch) -> torch.Tensor:
         if batch.ref_logps is not None:
@@ -78,12 +66,13 @@ class PreferenceModule(PolicyModule):
         todo = [r for r in records if None in r.ref_logps]
         precision = self.trainer.precision_plugin.forward_context() if self._trainer is not None else nullcontext()
         with precision:
-            for lo in range(0, len(todo), self.annotate_batch_size):
-                chunk = todo[lo: lo + self.annotate_batch_size]
-                lp = self.reference_forward(collate_preferences(chunk, self.tokenizer.pad_token_id).to(self.device))
-                n = len(chunk)
+            for chunk, batch in self.annotation_batches(todo, self.collate):
+                lp, n = self.reference_forward(batch), len(chunk)
                 for r, first, second in zip(chunk, lp[:n].tolist(), lp[n:].tolist()):
                     r.set_ref_logps(first, second)
+
+    def collate(self, records: list) -> PreferenceBatch:
+        return collate_preferences(records, self.tokenizer.pad_token_id)
 
     # ---------------------------------------------------------------- hooks
     def check_data(self, datamodule) -> None:
@@ -101,11 +90,6 @@ class PreferenceModule(PolicyModule):
         if isinstance(batch, PreferenceBatch):
             return batch.to(device)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
-    def log_metrics(self, loss: torch.Tensor, metrics: dict, n: int) -> None:
-        self.log("train/loss", loss.detach(), prog_bar=True, batch_size=n)
-        for k, v in metrics.items():
-            self.log(f"train/{k}", v, prog_bar=k == "reward_acc", batch_size=n)
 
     # ---------------------------------------------------------------- held-out evaluation
     @torch.no_grad()

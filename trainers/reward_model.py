@@ -24,8 +24,7 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel
 
 from data_modules.preferences import PreferenceBatch, PreferenceDataModule, collate_preferences
 from losses.preference import ranked_right
-from trainers.base import PolicyModule
-from trainers.preference import is_lora
+from trainers.base import PolicyModule, is_lora
 
 SCORING = ("input_ids = prompt ids (bos + text) + completion ids without a final eos, right-padded with "
            "pad_token_id, i.e. tokenizer(prompt + completion); reward = logits[:, 0] (read at the last "
@@ -70,16 +69,13 @@ class RewardModelModule(PolicyModule):
                                    self.tokenizer.pad_token_id)
         return self.reward_model(input_ids=ids, attention_mask=mask).logits[:, 0].float()
 
-    def training_step(self, batch: PreferenceBatch, batch_idx: int):
+    def micro_loss(self, batch: PreferenceBatch):
         if batch.desirable is not None:
             raise TypeError("algorithm=reward_model needs pairs, got unpaired records")
         n = len(batch)
         s = self.scores(batch)
         per_pair, metrics = self.loss_fn(s[:n], s[n:])
-        loss = per_pair.mean()
-        self.log("train/loss", loss.detach(), prog_bar=True, batch_size=n)
-        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, batch_size=n)
-        return self.check_finite(loss)
+        return per_pair.mean(), metrics
 
     @torch.no_grad()
     def preference_metrics(self, pairs: list, batch_size: int) -> dict[str, float]:
@@ -117,7 +113,7 @@ class RewardModelModule(PolicyModule):
         (out / "reward_model.json").write_text(json.dumps(meta, indent=2))
         pairs = getattr(self.trainer.datamodule, "heldout_pairs", None) if self._trainer is not None else None
         if pairs:
-            metrics = self.preference_metrics(pairs, self.annotate_batch_size)
+            metrics = self.preference_metrics(pairs, self.annotate_batch_size or self.micro_batch_size or len(pairs))
             (out / "rm_metrics.json").write_text(json.dumps({"heldout_pair_accuracy": metrics["pref_accuracy"],
                                                              "heldout_pairs": len(pairs)}, indent=2))
 

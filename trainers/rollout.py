@@ -11,9 +11,9 @@ from typing import Callable
 import torch
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord, collate
-from losses.common import masked_mean
+from losses.common import aggregation_weight, masked_mean
 from losses.correction import importance_diagnostics
-from trainers.base import PolicyModule, frozen_copy
+from trainers.base import PolicyModule, frozen_copy, is_lora
 
 STALENESS_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2_3"), (4, 7, "4_7"), (8, None, "8_up"))
 BUCKET_NAMES = [name for *_, name in STALENESS_BUCKETS] + ["dataset"]
@@ -32,29 +32,46 @@ def staleness_bucket(staleness: int) -> str:
 
 class RolloutModule(PolicyModule):
     """`correction(logprobs, behaviour_logprobs, advantages, mask)` → (per-token loss, metrics) is one of
-    losses.correction's functions; β·KL(π ‖ π_ref) is added per token when beta > 0."""
+    losses.correction's functions; β·KL(π ‖ π_ref) is added per token when beta > 0. The reference is
+    a frozen copy, or under LoRA the policy with its adapter disabled (no copy). `loss_max_len` is
+    the constant that seq_mean_token_sum_norm (Dr. GRPO) divides by."""
+
+    prog_bar_metrics = ("kl",)
 
     def __init__(self, group_size: int, epochs_per_round: int, correction: Callable, beta: float,
-                 kl_estimator: Callable, loss_agg_mode: str, annotate_batch_size: int, **kwargs):
+                 kl_estimator: Callable, loss_agg_mode: str, loss_max_len: int | None,
+                 annotate_batch_size: int | None, **kwargs):
         super().__init__(**kwargs)
         self.group_size, self.epochs_per_round = group_size, epochs_per_round
         self.correction, self.beta, self.kl_fn = correction, beta, kl_estimator
-        self.loss_agg_mode, self.annotate_batch_size = loss_agg_mode, annotate_batch_size
-        self.reference = frozen_copy(self.policy) if beta > 0 else None
+        self.loss_agg_mode, self.loss_max_len = loss_agg_mode, loss_max_len
+        self.annotate_batch_size = annotate_batch_size
+        self.reference = None
+        self.use_reference = False
+        if beta > 0:
+            self.add_reference()
+        self._step_logps: list[torch.Tensor] = []  # the step's micro-batch log-probs, for diagnostics
         self.last_diagnostics: dict[str, float] = {}  # of the latest step: read by the regeneration policy
         self._end_round: str | None = None
         self.round_end_reason: str | None = None  # why the current round ended early (None: it ran out)
 
+    def add_reference(self) -> None:
+        """Use a reference policy: a frozen copy, or (LoRA) the adapter-disabled policy itself."""
+        self.use_reference = True
+        self.reference = None if is_lora(self.policy) else frozen_copy(self.policy)
+
     # ---- annotation ----------------------------------------------------------------------------
     def annotate_reference(self, records: list[ExperienceRecord]) -> None:
-        """Reference log-probs for each record (β > 0 only), in chunks of annotate_batch_size."""
-        if self.reference is None:
+        """Reference log-probs for each record (when a reference is used), in annotation batches."""
+        if not self.use_reference:
             return
-        self.reference.to(self.device)
-        for lo in range(0, len(records), self.annotate_batch_size):
-            chunk = records[lo : lo + self.annotate_batch_size]
-            for r, lp in zip(chunk, self.frozen_logprobs(self.reference, collate(chunk, self.tokenizer.pad_token_id))):
-                r.ref_logprobs = lp
+        with self.reference_model() as ref:
+            for chunk, batch in self.annotation_batches(records, self.collate):
+                for r, lp in zip(chunk, self.frozen_logprobs(ref, batch)):
+                    r.ref_logprobs = lp
+
+    def collate(self, records: list[ExperienceRecord]) -> ExperienceBatch:
+        return collate(records, self.tokenizer.pad_token_id)
 
     # ---- early end of a round --------------------------------------------------------------------
     def request_round_end(self, reason: str) -> None:
@@ -74,29 +91,49 @@ class RolloutModule(PolicyModule):
         return None
 
     # ---- the loss ------------------------------------------------------------------------------
+    def loss_weight(self, batch: ExperienceBatch) -> float:
+        return aggregation_weight(batch.completion_mask, self.loss_agg_mode)
+
+    def training_step(self, batch: ExperienceBatch, batch_idx: int):
+        self._step_logps = []
+        return super().training_step(batch, batch_idx)
+
+    def keep_logps(self, logp: torch.Tensor) -> None:
+        """Remember a micro-batch's token log-probs: the step's diagnostics cover the whole batch."""
+        self._step_logps.append(logp.detach())
+
+    def step_logps(self, batch: ExperienceBatch) -> torch.Tensor:
+        """The kept micro-batch log-probs stitched into one [B, T] tensor aligned with `batch`."""
+        if len(self._step_logps) == 1:
+            return self._step_logps[0]
+        full = batch.completion_mask.new_zeros(batch.completion_mask.shape)
+        row = 0
+        for lp in self._step_logps:
+            full[row: row + lp.shape[0], : lp.shape[1]] = lp
+            row += lp.shape[0]
+        return full
+
     def policy_loss(self, batch: ExperienceBatch, logp: torch.Tensor, advantages: torch.Tensor
                     ) -> tuple[torch.Tensor, dict]:
         """Per-token corrected policy-gradient loss [B, T] (+ β·KL to the reference) and its metrics."""
         mask = batch.completion_mask
         per_token, metrics = self.correction(logp, batch.behaviour_logprobs, advantages, mask)
-        if self.reference is not None:
+        if self.use_reference:
             kl = self.kl_fn(logp, batch.ref_logprobs)
             per_token = per_token + self.beta * kl
             metrics["kl"] = masked_mean(kl.detach(), mask)
         metrics["entropy"] = -masked_mean(logp.detach(), mask)
         return per_token, metrics
 
-    def log_step(self, loss: torch.Tensor, batch: ExperienceBatch, logp: torch.Tensor, metrics: dict) -> None:
-        """train/* metrics of this step plus off-policy diagnostics, overall and per slice."""
+    def log_step(self, batch: ExperienceBatch, loss: torch.Tensor, metrics: dict) -> None:
+        """train/* metrics of this optimizer step plus off-policy diagnostics, overall and per slice,
+        over the whole batch (diag's token-level ratio_mean/ratio_max replace the correction's)."""
         n = len(batch)
-        self.log("train/loss", loss.detach(), prog_bar=True, batch_size=n)
         self.log("rollout/reward_mean", batch.rewards.mean(), prog_bar=True, batch_size=n)
-        if "kl" in metrics:
-            self.log("train/kl", metrics.pop("kl"), prog_bar=True, batch_size=n)
-        diag = self.offpolicy_diagnostics(batch, logp.detach())
+        diag = self.offpolicy_diagnostics(batch, self.step_logps(batch))
         self.last_diagnostics = {k: float(v) for k, v in diag.items()}
-        # diag's token-level ratio_mean/ratio_max replace the correction's (at its level) under one name
-        self.log_dict({f"train/{k}": v for k, v in metrics.items()} | diag, batch_size=n)
+        super().log_step(batch, loss, {k: v for k, v in metrics.items() if f"train/{k}" not in diag})
+        self.log_dict(diag, batch_size=n)
 
     @torch.no_grad()
     def offpolicy_diagnostics(self, batch: ExperienceBatch, logp: torch.Tensor) -> dict[str, float]:

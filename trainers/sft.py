@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from data_modules.experience import ExperienceBatch
-from losses.common import aggregate
+from losses.common import aggregate, aggregation_weight
 from losses.sft import nll_loss
 from trainers.base import PolicyModule
 
@@ -12,10 +12,10 @@ class SFTModule(PolicyModule):
         super().__init__(**kwargs)
         self.loss_agg_mode = loss_agg_mode
 
-    def training_step(self, batch: ExperienceBatch, batch_idx: int):
+    def loss_weight(self, batch: ExperienceBatch) -> float:
+        return aggregation_weight(batch.completion_mask, self.loss_agg_mode)
+
+    def micro_loss(self, batch: ExperienceBatch):
         logp = self.sequence_logprobs(self.policy, batch)
         per_token, metrics = nll_loss(logp, batch.completion_mask)
-        loss = aggregate(per_token, batch.completion_mask, self.loss_agg_mode)
-        self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch))
-        self.log("train/target_prob", metrics["target_prob"], batch_size=len(batch))
-        return self.check_finite(loss)
+        return aggregate(per_token, batch.completion_mask, self.loss_agg_mode), {"target_prob": metrics["target_prob"]}

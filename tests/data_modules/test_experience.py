@@ -101,7 +101,7 @@ def test_buffer_rejects_nonpositive_capacity():
 def test_demonstrations_provenance_and_encoding():
     tok = build_char_tokenizer()
     task = arithmetic_task(digits=1, num_heldout=10, seed=0)
-    dm = DemonstrationsDataModule(task, tok, batch_size=8, seed=0, source="teacher", max_examples=12)
+    dm = DemonstrationsDataModule(task, tok, batch_size=8, micro_batch_size=8, seed=0, source="teacher", max_examples=12)
     assert len(dm.records) == 12 and not dm.online
     for i, (r, ex) in enumerate(zip(dm.records, task.train)):
         assert r.provenance.source == "teacher" and r.provenance.policy_version is None
@@ -117,7 +117,7 @@ def test_demonstrations_from_jsonl_keep_file_line_origin(tmp_path):
     rows = [{"prompt": f"q{i}?", "answer": f"a{i}", "id": i} for i in range(5)]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     task = jsonl_task(str(path), None, chat=False, num_heldout=1, prompt_key="prompt", answer_key="answer")
-    dm = DemonstrationsDataModule(task, build_char_tokenizer(), batch_size=2, seed=0, source="teacher")
+    dm = DemonstrationsDataModule(task, build_char_tokenizer(), batch_size=2, micro_batch_size=2, seed=0, source="teacher")
     assert [r.provenance.origin for r in dm.records] == ["qa.jsonl:1", "qa.jsonl:2", "qa.jsonl:3",
                                                          "qa.jsonl:4"]
 
@@ -127,7 +127,7 @@ def test_served_records_count_their_uses():
     shuffle that differs between epochs."""
     tok = build_char_tokenizer()
     task = arithmetic_task(digits=1, num_heldout=10, seed=0)
-    dm = DemonstrationsDataModule(task, tok, batch_size=16, seed=0, source="teacher", max_examples=32)
+    dm = DemonstrationsDataModule(task, tok, batch_size=16, micro_batch_size=16, seed=0, source="teacher", max_examples=32)
     first = [r.group_id for batch in dm.train_dataloader() for r in batch.records]
     assert sorted(first) == list(range(32)) and first != list(range(32))
     assert all(r.provenance.times_used == 1 for r in dm.records)
@@ -139,7 +139,7 @@ def test_served_records_count_their_uses():
 # ---------------------------------------------------------------- fresh rollouts
 def fresh(seed=0, prompts_per_round=3, group_size=4, epochs_per_round=1, batch_size=4):
     task = arithmetic_task(digits=1, num_heldout=4, seed=0, operands_max=3)  # 9 pairs → 5 train
-    return FreshRolloutsDataModule(task, build_char_tokenizer(), batch_size=batch_size, seed=seed,
+    return FreshRolloutsDataModule(task, build_char_tokenizer(), batch_size=batch_size, micro_batch_size=batch_size, seed=seed,
                                    prompts_per_round=prompts_per_round, group_size=group_size,
                                    epochs_per_round=epochs_per_round, buffer_capacity=100)
 

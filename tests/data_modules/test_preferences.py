@@ -28,7 +28,7 @@ def write_jsonl(path, rows):
 
 
 def data_module(path, tokenizer=TOK, **kw):
-    args = dict(task=TASK, tokenizer=tokenizer, batch_size=2, seed=0, path=path, heldout_path=None,
+    args = dict(task=TASK, tokenizer=tokenizer, batch_size=2, micro_batch_size=2, seed=0, path=path, heldout_path=None,
                 split="train", num_heldout=0, chat=False, unpaired=False, skip_bad_rows=False,
                 max_length=64, synthetic=None,
                 columns=dict(prompt="prompt", chosen="chosen", rejected="rejected", completion="completion",

@@ -198,3 +198,44 @@ def test_kl_estimators_expectation_equals_exact_kl():
     assert close((p * k3(lp, lq)[0]).sum(), 0.17329)
     assert close((p * k2(lp, lq)[0]).sum(), 0.18018)
     assert (k3(torch.randn(4, 5), torch.randn(4, 5)) >= 0).all()
+
+
+# ---------------------------------------------------------------- chunked log-probs (bounded memory)
+def _reference_logprobs(logits, targets, temperature):
+    return torch.log_softmax(logits.float() / temperature, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("chunk_elements", [1, 7 * 11, 10**9])
+def test_chunked_token_logprobs_match_full_log_softmax_values_and_gradients(chunk_elements):
+    """logit[t] − logsumexp in chunks (1 row, 7 rows, everything) = log_softmax's values and gradients."""
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11, requires_grad=True)
+    targets = torch.randint(0, 11, (3, 5))
+    weights = torch.randn(3, 5)
+    full = _reference_logprobs(logits, targets, 0.7)
+    (g_full,) = torch.autograd.grad((full * weights).sum(), logits)
+    chunked = token_logprobs(logits, targets, 0.7, chunk_elements=chunk_elements)
+    (g_chunked,) = torch.autograd.grad((chunked * weights).sum(), logits)
+    assert torch.allclose(chunked, full, atol=1e-5) and torch.allclose(g_chunked, g_full, atol=1e-5)
+
+
+def test_head_token_logprobs_never_builds_the_whole_logits_and_matches():
+    """Through the LM head in chunks of 2 rows: every head call sees ≤ 2 rows (also when backward
+    recomputes them), and values and gradients (hidden and head weight) match the full computation."""
+    from losses.common import head_token_logprobs
+    torch.manual_seed(1)
+    head = torch.nn.Linear(4, 13, bias=False)
+    hidden = torch.randn(2, 3, 4, requires_grad=True)
+    targets = torch.randint(0, 13, (2, 3))
+    rows_seen = []
+    handle = head.register_forward_hook(lambda m, i, o: rows_seen.append(o.shape[0]))
+    got = head_token_logprobs(hidden, head, targets, 1.0, chunk_elements=2 * 13)
+    got.sum().backward()
+    handle.remove()
+    assert max(rows_seen) == 2 and len(rows_seen) == 6  # 3 chunks forward + 3 recomputed in backward
+    g_hidden, g_head = hidden.grad.clone(), head.weight.grad.clone()
+    hidden.grad, head.weight.grad = None, None
+    full = _reference_logprobs(head(hidden), targets, 1.0)
+    full.sum().backward()
+    assert torch.allclose(got, full, atol=1e-5)
+    assert torch.allclose(g_hidden, hidden.grad, atol=1e-5) and torch.allclose(g_head, head.weight.grad, atol=1e-5)

@@ -168,8 +168,6 @@ def test_completions_are_cut_after_eos():
     assert len(out.completions[0]) == 2 and out.completions[0][-1] == eos
     assert len(out.logprobs[0]) == 2 and out.logprobs[0][-1] == pytest.approx(0.0, abs=1e-3)
     assert all(len(c) == 5 and eos not in c for c in out.completions[1:])
-    assert HFGenerator._cut_at_eos(torch.tensor([[4, eos, 0, 0], [5, 6, 7, 8]]),
-                                   torch.ones(2, 4), eos) == ([[4, eos], [5, 6, 7, 8]], [[1.0, 1.0], [1.0] * 4])
 
 
 def test_greedy_is_deterministic_and_matches_argmax():
@@ -191,3 +189,54 @@ def test_greedy_is_deterministic_and_matches_argmax():
 def test_generator_refuses_zero_temperature():
     with pytest.raises(ValueError, match="temperature"):
         HFGenerator(max_new_tokens=4, temperature=0.0, top_p=1.0, batch_size=4)
+
+
+def test_sampling_loop_greedy_equals_transformers_generate():
+    """The KV-cached loop (left-padded batch, position ids from the mask) picks exactly the tokens of
+    `model.generate(do_sample=False)` for every row, short and long prompts mixed."""
+    model, tok = tiny_model(seed=3)
+    prompts = prompts_of(tok, ["1+2=", "45+67=", "123+456=", "9="])
+    ours = HFGenerator(max_new_tokens=7, temperature=1.0, top_p=1.0, batch_size=8).sample(
+        model, tok, prompts, greedy=True)
+    ids, mask = left_pad(prompts, tok.pad_token_id)
+    with torch.no_grad():
+        ref = model.eval().generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=7,
+                                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    for row, got in zip(ref[:, ids.shape[1]:].tolist(), ours.completions):
+        end = row.index(tok.eos_token_id) + 1 if tok.eos_token_id in row else len(row)
+        assert got == row[:end]
+
+
+def test_generation_keeps_one_step_of_logits_and_top_p_logprobs_are_the_filtered_distribution():
+    """Every head call during sampling returns [B, 1, V] (never [B, new tokens, V]); with top_p=0.5
+    each sampled token lies inside the nucleus and its log-prob is log_softmax(top_p(logits / T))."""
+    from models.generation import top_p_filter
+    model, tok = tiny_model(seed=4)
+    shapes = []
+    handle = model.lm_head.register_forward_hook(lambda m, i, o: shapes.append(tuple(o.shape)))
+    prompts = prompts_of(tok, ["1+2=", "45+67="])
+    torch.manual_seed(0)
+    try:
+        out = HFGenerator(max_new_tokens=6, temperature=0.8, top_p=0.5, batch_size=8).sample(model, tok, prompts)
+    finally:
+        handle.remove()
+    assert all(s[:2] == (2, 1) for s in shapes)
+    for p, c, lp in zip(prompts, out.completions, out.logprobs):
+        ids = torch.tensor([p + c])
+        with torch.no_grad():
+            logits = model.eval()(ids).logits[0, len(p) - 1: len(p) - 1 + len(c)] / 0.8
+        filtered = top_p_filter(logits, 0.5).log_softmax(-1)
+        want = filtered.gather(-1, torch.tensor(c).unsqueeze(-1)).squeeze(-1)
+        assert torch.isfinite(want).all() and torch.allclose(torch.tensor(lp), want, atol=1e-4)
+
+
+def test_ignore_eos_gives_full_length_completions():
+    model, tok = tiny_model()
+    handle = model.lm_head.register_forward_hook(
+        lambda m, i, o: o + 100.0 * torch.nn.functional.one_hot(torch.tensor(tok.eos_token_id), o.shape[-1]))
+    try:
+        out = HFGenerator(max_new_tokens=4, temperature=1.0, top_p=1.0, batch_size=8,
+                          ignore_eos=True).sample(model, tok, prompts_of(tok, ["1+2=", "3+4="]))
+    finally:
+        handle.remove()
+    assert [len(c) for c in out.completions] == [4, 4] and out.completions[0][0] == tok.eos_token_id
