@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The vLLM generator's tests, in the vllm venv (built on first use by scripts/install_vllm.sh):
+#   bash scripts/test_vllm.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export VLLM_VENV="${VLLM_VENV:-/work/venv-vllm}"
+export WANDB_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-WARNING}"
+bash scripts/install_vllm.sh
+"$VLLM_VENV/bin/python" -m pytest -q -m vllm tests/models/test_vllm_generator.py "$@"
