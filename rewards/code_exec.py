@@ -5,9 +5,10 @@ Example.meta carries `entry_point` (the function's name) and `tests`: [{"args": 
 Inside the sandbox, rewards/sandbox_harness.py calls the function on each test's args and reports the
 return values; the expected values never enter the sandbox and are compared here.
 
-Scores: passed / len(tests) whenever the program ran (a syntax error, crash, timeout, memory error or
-output flood fails the tests it did not report). None (abstain, counted) only when it could not be
-judged: no tests in the example, the sandbox did not start, or the batch deadline had passed.
+Scores: passed / len(tests) whenever the program ran (a syntax error, crash, timeout, stall, memory
+error, output flood or a malformed result line fails the tests it did not report validly). None
+(abstain, counted) only when it could not be judged: no tests in the example, the sandbox did not start,
+the batch deadline had passed, or scoring this one sample failed (a bug: counted, the others unaffected).
 """
 from __future__ import annotations
 
@@ -15,17 +16,19 @@ import json
 import math
 import re
 import threading
+import traceback
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from data_modules.tasks.base import Example
 from rewards.base import RewardSource, ScoreReport
-from rewards.sandbox import Sandbox
+from rewards.code_protocol import parse_protocol, passes, same  # noqa: F401 - same: re-exported
+from rewards.sandbox import RunResult, Sandbox
 
 HARNESS = Path(__file__).resolve().parent / "sandbox_harness.py"
-LINE = re.compile(rb"^@@(READY|RESULT|ERROR|DONE)@@(?: (\S+))?(?: (.*))?$", re.M)
+STALL_GRACE_S = 1.0  # beyond the harness's own per-test alarm, before a silent run is killed
 FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
@@ -40,39 +43,8 @@ def extract_program(completion: str, prompt: str, entry_point: str) -> str:
     return code
 
 
-def parse_protocol(stdout: bytes) -> tuple[bool, dict[int, tuple[str, Any]]]:
-    """(the harness started, {test index: ("ok", value) | ("error", exception name)}). The first line
-    for an index wins; unparsable values count as errors."""
-    ready, results = False, {}
-    for kind, key, rest in LINE.findall(stdout):
-        if kind == b"READY":
-            ready = True
-        elif kind in (b"RESULT", b"ERROR") and key.isdigit() and int(key) not in results:
-            if kind == b"ERROR":
-                results[int(key)] = ("error", rest.decode(errors="replace"))
-                continue
-            try:
-                results[int(key)] = ("ok", json.loads(rest))
-            except ValueError:
-                results[int(key)] = ("error", "UnparsableResult")
-    return ready, results
-
-
-def same(got: Any, want: Any) -> bool:
-    """JSON values equal; floats within 1e-6 relative; bools are not numbers."""
-    if isinstance(got, bool) or isinstance(want, bool):
-        return type(got) is type(want) and got == want
-    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
-        return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9)
-    if isinstance(got, list) and isinstance(want, list):
-        return len(got) == len(want) and all(same(a, b) for a, b in zip(got, want))
-    if isinstance(got, dict) and isinstance(want, dict):
-        return got.keys() == want.keys() and all(same(got[k], want[k]) for k in want)
-    return type(got) is type(want) and got == want
-
-
 class CodeExecReward(RewardSource):
-    version = "1"
+    version = "2"
 
     def __init__(self, name: str, sandbox: Callable[..., Sandbox], allow_weak_sandbox: bool,
                  per_test_seconds: float, workers: int, timeout_s: float):
@@ -82,10 +54,14 @@ class CodeExecReward(RewardSource):
         if timeout_s < self.sandbox.wall_seconds + 2:
             raise ValueError(f"reward.timeout_s={timeout_s} must exceed reward.sandbox.wall_seconds + 2 = "
                              f"{self.sandbox.wall_seconds + 2}: a batch must fit at least one run")
-        self.version = f"1:{self.sandbox.backend}"
+        # the harness prints a line per test within per_test_seconds (the first after loading, too):
+        # silence past this means the code defeated the in-process alarm, so the run is killed
+        self.stall_seconds = 2 * per_test_seconds + STALL_GRACE_S
+        self.version = f"2:{self.sandbox.backend}"
         self._lock = threading.Lock()
-        self.counts = {"runs": 0, "all_passed": 0, "timeouts": 0, "test_timeouts": 0, "output_limited": 0,
-                       "load_errors": 0, "launch_failures": 0, "no_tests": 0, "skipped_deadline": 0}
+        self.counts = {"runs": 0, "all_passed": 0, "timeouts": 0, "test_timeouts": 0, "stalled": 0,
+                       "output_limited": 0, "load_errors": 0, "launch_failures": 0, "no_tests": 0,
+                       "skipped_deadline": 0, "scoring_errors": 0}
         self.seconds = 0.0
 
     def score(self, prompts: list[str], completions: list[str], examples: list[Example]) -> list[float | None]:
@@ -95,10 +71,20 @@ class CodeExecReward(RewardSource):
         # no launch after this: every run started finishes (wall_seconds) before safe_score gives up
         deadline = time.monotonic() + self.timeout_s - self.sandbox.wall_seconds - 1.0
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox") as pool:
-            outs = list(pool.map(lambda a: self.score_one(*a, deadline), zip(prompts, completions, examples)))
+            outs = list(pool.map(lambda a: self.guarded_one(*a, deadline), zip(prompts, completions, examples)))
         errors = [e for _, e in outs if e]
         return ScoreReport([s for s, _ in outs], errors=len(errors),
                            first_error=f"{self.name}: {errors[0]}" if errors else None)
+
+    def guarded_one(self, prompt: str, completion: str, example: Example,
+                    deadline: float = math.inf) -> tuple[float | None, str | None]:
+        """score_one, but an unexpected error abstains on this sample alone (counted), never the batch."""
+        try:
+            return self.score_one(prompt, completion, example, deadline)
+        except Exception as e:  # noqa: BLE001 - a bug here must not cost the other samples
+            self._count("scoring_errors")
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            return None, f"scoring failed ({type(e).__name__}: {e} at {where.name}:{where.lineno})"
 
     def score_one(self, prompt: str, completion: str, example: Example,
                   deadline: float = math.inf) -> tuple[float | None, str | None]:
@@ -114,12 +100,16 @@ class CodeExecReward(RewardSource):
                 "per_test_seconds": self.per_test_seconds}
         files = {"harness.py": HARNESS.read_text(), "spec.json": json.dumps(spec),
                  "solution.py": extract_program(completion, prompt, entry)}
-        run = self.sandbox.run(files, ["harness.py"])
+        return self.judge(self.sandbox.run(files, ["harness.py"], idle_seconds=self.stall_seconds), tests)
+
+    def judge(self, run: RunResult, tests: list[dict]) -> tuple[float | None, str | None]:
+        """The fraction of `tests` whose reported value equals the expected one."""
         ready, results = parse_protocol(run.stdout)
         with self._lock:
             self.counts["runs"] += 1
             self.seconds += run.seconds
             self.counts["timeouts"] += run.timed_out
+            self.counts["stalled"] += run.stalled
             self.counts["output_limited"] += run.output_limited
             self.counts["test_timeouts"] += sum(1 for kind, v in results.values() if v == "TestTimeout")
         if not ready:  # the harness never started, so the solution never ran: not the solution's fault
@@ -129,7 +119,7 @@ class CodeExecReward(RewardSource):
         if b"@@ERROR@@ load" in run.stdout:
             self._count("load_errors")
         passed = sum(1 for i, t in enumerate(tests) if results.get(i, ("", None))[0] == "ok"
-                     and same(results[i][1], t["expected"]))
+                     and passes(results[i][1], t["expected"]))
         if passed == len(tests):
             self._count("all_passed")
         return passed / len(tests), None

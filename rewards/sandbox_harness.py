@@ -5,6 +5,13 @@ compares them (rewards/code_exec.py), so a solution cannot forge a pass without 
 Files next to this script: spec.json {"entry_point", "inputs": [json text of the argument list, ...],
 "per_test_seconds"} and solution.py. Protocol, one line each on the original stdout (the solution's own
 prints go to stderr):  @@READY@@ | @@RESULT@@ <i> <json> | @@ERROR@@ <i|load> <ExceptionType> | @@DONE@@
+
+The per-test alarm repeats every RETRY_S after it first fires, until the test ends: a TestTimeout that
+was lost (a solution recursing at its limit turns the handler call into a RecursionError, which it may
+catch) is raised again, so such a test ends about when its time is up. sys.setrecursionlimit is capped
+at MAX_RECURSION, so a solution that raises the limit and recurses until it fails gets its RecursionError
+in milliseconds instead of growing frames until memory runs out. A solution that defeats even that
+(catching BaseException, replacing the handler) goes silent, and the parent kills the run (stalled).
 """
 import json
 import os
@@ -12,6 +19,9 @@ import signal
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RETRY_S = 0.05
+MAX_RECURSION = 100_000  # frames; deeper recursion raises RecursionError
+_armed = [False]  # a test is running: only then does the alarm raise
 
 
 class TestTimeout(BaseException):
@@ -19,7 +29,34 @@ class TestTimeout(BaseException):
 
 
 def _alarm(signum, frame):
-    raise TestTimeout()
+    if _armed[0]:
+        raise TestTimeout()
+
+
+def cap_recursion_limit() -> None:
+    set_limit = sys.setrecursionlimit
+
+    def capped(limit):
+        set_limit(min(limit, MAX_RECURSION))
+
+    sys.setrecursionlimit = capped
+
+
+def guarded(call, seconds: float):
+    """("ok", call()) or ("error", exception name), under the alarm; never raises, the alarm is off after.
+    `_armed[0] = False` comes first in each exit path, before any call (where a pending alarm could run)."""
+    signal.signal(signal.SIGALRM, _alarm)  # again each time: the solution may have replaced it
+    try:
+        _armed[0] = True
+        signal.setitimer(signal.ITIMER_REAL, seconds, RETRY_S)
+        value = call()
+        _armed[0] = False
+        outcome = ("ok", value)
+    except BaseException as e:  # noqa: BLE001 - any failure is the solution's
+        _armed[0] = False
+        outcome = ("error", type(e).__name__)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return outcome
 
 
 def main() -> None:
@@ -34,30 +71,25 @@ def main() -> None:
     with open(os.path.join(HERE, "solution.py")) as f:
         source = f.read()
     say("@@READY@@")
-    signal.signal(signal.SIGALRM, _alarm)
     seconds = float(spec["per_test_seconds"])
+    cap_recursion_limit()
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    def load():
         exec(compile(source, "solution.py", "exec"), namespace)
-        signal.setitimer(signal.ITIMER_REAL, 0)
         fn = namespace[spec["entry_point"]]
         if not callable(fn):
             raise TypeError("entry point is not callable")
-    except BaseException as e:  # noqa: BLE001 - any failure to load is the solution's
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        say("@@ERROR@@", "load", type(e).__name__)
+        return fn
+
+    kind, fn = guarded(load, seconds)
+    if kind == "error":
+        say("@@ERROR@@", "load", fn)
         return
     for i, args_json in enumerate(spec["inputs"]):
-        try:
-            args = json.loads(args_json)  # a fresh copy per test: mutation can't leak between tests
-            signal.setitimer(signal.ITIMER_REAL, seconds)
-            text = json.dumps(fn(*args))
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            say("@@RESULT@@", i, text)
-        except BaseException as e:  # noqa: BLE001
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            say("@@ERROR@@", i, type(e).__name__)
+        # fresh args per test (mutation can't leak between tests); the reply is encoded under the alarm too
+        kind, value = guarded(lambda: json.dumps(fn(*json.loads(args_json))), seconds)
+        say("@@RESULT@@" if kind == "ok" else "@@ERROR@@", i, value)
     say("@@DONE@@")
 
 

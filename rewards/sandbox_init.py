@@ -5,8 +5,8 @@ it, drops every capability and execs the harness. What bubblewrap does, for host
     unshare --user --map-root-user --mount --pid --net --ipc --uts --fork --kill-child -- \
         python3 -I -S sandbox_init.py '<json config>'
 
-config: root (an empty host dir used as mount point), ro_binds (host paths, mounted read-only at the
-same place), links {"/bin": "usr/bin", ...}, code (host dir → /harness, read-only), tmpfs_bytes (size of
+config: root (an empty host dir used as mount point), ro_binds (host dirs or files, mounted read-only at
+the same place), links {"/bin": "usr/bin", ...}, code (host dir → /harness, read-only), tmpfs_bytes (size of
 /tmp and /sandbox), argv (exec'd in /sandbox with an empty environment).
 """
 import ctypes
@@ -51,8 +51,12 @@ def build_root(cfg: dict) -> None:
     root = cfg["root"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates to the host
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for path in cfg["ro_binds"]:
-        os.makedirs(root + path, exist_ok=True)
+    for path in cfg["ro_binds"]:  # dirs, or single files (the interpreter binary)
+        if os.path.isdir(path):
+            os.makedirs(root + path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(root + path), exist_ok=True)
+            open(root + path, "w").close()
         bind_readonly(path, root + path)
     for link, target in cfg["links"].items():
         os.symlink(target, root + link)

@@ -72,7 +72,7 @@ def test_abstains_without_tests_or_when_the_sandbox_does_not_start(task, monkeyp
     assert rew.score([""], ["def f(): pass"], [Example("", "")]) == [None]
     err = b"bwrap: Creating new namespace failed: No space left\n"
     failed = RunResult(b"", err, 1, 0.01, False, False, "t", "/x")
-    monkeypatch.setattr(rew.sandbox, "run", lambda files, argv: failed)
+    monkeypatch.setattr(rew.sandbox, "run", lambda files, argv, **kw: failed)
     report = safe_score(rew, [""], [task.train[0].answer], task.train[:1])
     assert report.scores == [None] and report.errors == 1
     assert "sandbox did not start (exit 1): bwrap: Creating new namespace failed" in report.first_error
@@ -115,7 +115,7 @@ def test_refuses_without_isolation_unless_weak_is_allowed(monkeypatch):
         with pytest.raises(SandboxUnavailable, match=r"backend=bwrap does not work here: bwrap not found"):
             reward(backend="bwrap", allow_weak=True)  # a named backend is never downgraded
         weak = reward(allow_weak=True)
-        assert weak.sandbox.backend == "rlimits" and weak.version == "1:rlimits"
+        assert weak.sandbox.backend == "rlimits" and weak.version == "2:rlimits"
         ok = "def reverse_string(s):\n    return s[::-1]\n"
         ex = code_task(None, 3).train[0]
         assert weak.score([""], [ok], [ex]) == [1.0]  # it runs (with rlimits, as another uid), just not isolated

@@ -167,8 +167,8 @@ class Recording(Sandbox):
 
     runs: list
 
-    def run(self, files, argv):
-        result = super().run(files, argv)
+    def run(self, files, argv, **kw):
+        result = super().run(files, argv, **kw)
         self.runs.append(result)
         return result
 
