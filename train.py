@@ -23,6 +23,7 @@ from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from callbacks.summary import RunSummary  # noqa: E402
+from models.lora import save_policy  # noqa: E402
 from trainers.pipeline import (checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
                                run_stage, set_run_fields)
 from trainers.validation import ConfigError  # noqa: E402
@@ -55,10 +56,10 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
               + (f" (resuming from {ckpt})" if ckpt else ""))
         policy, tokenizer, metrics = run_stage(s, policy, tokenizer, ckpt)
         summary.add(s.name, metrics)
-    policy.save_pretrained(out / "policy")
-    tokenizer.save_pretrained(out / "policy")
+    merged = bool(OmegaConf.select(stages[-1].cfg, "model.lora.save_merged", default=False))
+    saved = save_policy(policy, tokenizer, out / "policy", save_merged=merged)
     summary.print()
-    print(f"outputs: {out} (config.yaml, summary.json, policy/)")
+    print(f"outputs: {out} (config.yaml, summary.json, {', '.join(p.name + '/' for p in saved)})")
     return summary.stages
 
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import copy
 
 import lightning as L
+import torch
 from torchmetrics import MeanMetric
 
 from callbacks.logging import log_now, say
-from data_modules.experience import ExperienceRecord, Provenance
+from data_modules.experience import ExperienceRecord, Provenance, collate
+from losses.kl import k3
 from models.generation import HFGenerator
 from rewards.base import RewardSource, safe_score
 
@@ -80,6 +82,7 @@ class RegenerateExperience(L.Callback):
             in enumerate(zip(prompts, out.completions, out.logprobs, texts, report.scores))
             if score is not None  # None: abstained (or the source failed): dropped, counted
         ]
+        mismatch = self._logprob_mismatch(pl_module, records) if records else {}
         if records:
             dm.put(pl_module.annotate(records))
         else:  # every sample abstained: the previous round is served again; the run goes on
@@ -87,8 +90,30 @@ class RegenerateExperience(L.Callback):
                          f"({report.first_error or 'reward abstained'}); serving the previous round")
             if not dm.epoch_records():
                 raise RuntimeError(f"the first round has no scored sample: {report.first_error}")
-        self._account(trainer, pl_module, prompts, out, report, records)
+        self._account(trainer, pl_module, prompts, out, report, records, mismatch)
         return records
+
+    def _logprob_mismatch(self, pl_module, records: list[ExperienceRecord]) -> dict[str, float]:
+        """For an engine whose log-probs are not the policy's own forward (vLLM): the train/inference
+        mismatch of this round's sampled tokens, from one no-grad policy forward in annotation batches.
+        rollout/logp_mismatch_kl: KL(engine ‖ policy) per token (k3); rollout/logp_mismatch_abs: mean
+        |Δ log-prob|. The correction (truncated_is, ...) weighs the tokens by the same ratio."""
+        if getattr(self.generator, "exact_logprobs", True) or not hasattr(pl_module, "annotation_batches"):
+            return {}
+        kl = absdiff = tokens = 0.0
+        was_training = pl_module.policy.training
+        pl_module.policy.eval()
+        try:
+            pad = pl_module.tokenizer.pad_token_id
+            for chunk, batch in pl_module.annotation_batches(records, lambda rs: collate(rs, pad)):
+                for r, lp in zip(chunk, pl_module.frozen_logprobs(pl_module.policy, batch)):
+                    engine, policy = torch.tensor(r.behaviour_logprobs), torch.tensor(lp)
+                    kl += float(k3(engine, policy).sum())
+                    absdiff += float((engine - policy).abs().sum())
+                    tokens += len(lp)
+        finally:
+            pl_module.policy.train(was_training)
+        return {"rollout/logp_mismatch_kl": kl / max(tokens, 1), "rollout/logp_mismatch_abs": absdiff / max(tokens, 1)}
 
     def _record(self, pl_module, ex, prompt_ids, gid, completion, logprobs, text, score, per_source):
         prov = Provenance(source="policy_rollout", created_step=pl_module.policy_version,
@@ -100,7 +125,7 @@ class RegenerateExperience(L.Callback):
                                 answer=ex.answer, behaviour_logprobs=logprobs,
                                 rewards=per_source | {self.reward.name: score}, reward=score)
 
-    def _account(self, trainer, pl_module, prompts, out, report, records):
+    def _account(self, trainer, pl_module, prompts, out, report, records, mismatch):
         reward = MeanMetric()
         for r in records:
             reward.update(r.reward)
@@ -138,6 +163,7 @@ class RegenerateExperience(L.Callback):
             "cost/generation_seconds": t["generation_seconds"],
             "perf/generated_tokens_per_sec": gen_tokens / max(out.seconds, 1e-9),
         }
+        metrics |= mismatch
         metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
         metrics |= getattr(trainer.datamodule, "round_stats", dict)()
         self.replay_fracs.append(metrics.get("rollout/replay_frac", 0.0))

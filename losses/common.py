@@ -5,7 +5,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 
-CHUNK_ELEMENTS = 1 << 25  # logits per chunk (128 MB in float32): bounds memory at any vocabulary size
+CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MB in float32): bounds memory at any vocabulary size
 
 
 def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:

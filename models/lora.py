@@ -4,11 +4,15 @@ the base model with the adapter disabled as their reference (no copy of the weig
     python train.py algorithm=dpo 'model.lora={r: 8, lora_alpha: 16, target_modules: all-linear}'
 
 Any `peft.LoraConfig` field may be given; task_type is CAUSAL_LM. train.py saves a LoRA policy as peft
-does (adapter_config.json + adapter weights), loadable with peft on top of the base model.
+does (adapter_config.json + adapter weights), loadable with peft on top of the base model; with
+`save_merged: true` (not a LoraConfig field) it also saves the merged model in `policy_merged/`, a plain
+transformers folder that the next run can load with `model=hf model.name_or_path=<run>/policy_merged`.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
+from pathlib import Path
 
 from transformers import PreTrainedModel
 
@@ -21,8 +25,24 @@ def apply_lora(model: PreTrainedModel, lora: Mapping | None) -> PreTrainedModel:
     from peft import LoraConfig, TaskType, get_peft_model
 
     fields = OmegaConf.to_container(lora, resolve=True) if isinstance(lora, DictConfig) else dict(lora)
+    fields.pop("save_merged", None)  # read by train.py when it saves the policy
     try:
         config = LoraConfig(task_type=TaskType.CAUSAL_LM, **fields)
     except TypeError as e:
         raise ValueError(f"model.lora={fields}: not a peft LoraConfig ({e})") from None
     return get_peft_model(model, config)
+
+
+def save_policy(policy: PreTrainedModel, tokenizer, out: Path, save_merged: bool) -> list[Path]:
+    """`save_pretrained` the policy and tokenizer into `out`; a LoRA policy with `save_merged` also
+    into `out`_merged, merged into a copy of its base weights. Returns the folders written."""
+    policy.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    written = [out]
+    if save_merged and hasattr(policy, "merge_and_unload"):
+        merged_dir = out.with_name(out.name + "_merged")
+        merged = copy.deepcopy(policy).merge_and_unload()
+        merged.save_pretrained(merged_dir)
+        tokenizer.save_pretrained(merged_dir)
+        written.append(merged_dir)
+    return written

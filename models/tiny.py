@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from models.lora import apply_lora
+from models.hf import finish_model
 from models.tokenizer import build_char_tokenizer
 
 
@@ -16,11 +16,14 @@ def build_tiny(
     max_position_embeddings: int,
     seed: int,
     lora: dict | None = None,
+    dtype: str = "float32",
+    activation_checkpointing: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Build a randomly initialised LlamaForCausalLM and its tokenizer, deterministic from `seed`.
 
     The result saves with `save_pretrained` and loads back with `AutoModelForCausalLM` and
-    `AutoTokenizer` alone, no project code needed. `lora` (LoraConfig fields) wraps it in a LoRA adapter.
+    `AutoTokenizer` alone, no project code needed. `dtype`, `activation_checkpointing` and `lora`
+    (LoraConfig fields): see models.hf.finish_model.
     """
     tokenizer = build_char_tokenizer()
     config = LlamaConfig(
@@ -43,4 +46,4 @@ def build_tiny(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
-    return apply_lora(model, lora), tokenizer
+    return finish_model(model, dtype, activation_checkpointing, lora), tokenizer

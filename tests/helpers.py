@@ -26,3 +26,9 @@ class LengthReward:
 
     def score(self, prompts, completions, examples):
         return [min(len(c), 8) / 8 for c in completions]
+
+
+def char_sum_scores(prompts, completions, examples):
+    """A reward function (reward=function) that varies between samples of any model, untrained ones
+    included: the completion's character codes summed, mod 10, over 10."""
+    return [(sum(map(ord, c)) % 10) / 10 for c in completions]

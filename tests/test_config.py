@@ -196,6 +196,14 @@ def test_misspelled_group_choice_is_a_hydra_error_naming_it(hydra_conf):
     (["trainer.max_steps=0"], "trainer.max_steps"),
     (["generator.temperature=0"], "generator.temperature"),
     (["algorithm=grpo", "algorithm.epochs_per_round=0"], "algorithm.epochs_per_round"),
+    (["data.micro_batch_size=0"], "data.micro_batch_size"),
+    (["data.micro_batch_size=3"], "data.micro_batch_size"),          # does not divide 512
+    (["data.micro_batch_size=1024"], "data.micro_batch_size"),       # larger than the batch
+    (["model.dtype=float8"], "model.dtype"),
+    (["model.activation_checkpointing=maybe"], "model.activation_checkpointing"),
+    (["algorithm.max_grad_norm=-1"], "algorithm.max_grad_norm"),
+    (["algorithm.annotate_batch_size=0"], "algorithm.annotate_batch_size"),
+    (["generator.top_p=1.5"], "generator.top_p"),
 ])
 def test_invalid_values_raise_config_error_naming_the_key(hydra_conf, overrides, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -239,3 +247,14 @@ def test_onpolicy_vs_replay_sweeps_the_ratio_from_the_command_line(hydra_conf):
     """`-m experiment=onpolicy_vs_replay data.replay_ratio=0,0.5,0.9`: the ratio reaches the GRPO stage."""
     sft, grpo = plan(hydra_conf, ["experiment=onpolicy_vs_replay", "data.replay_ratio=0.9"])
     assert grpo.cfg.data.replay_ratio == 0.9 and "replay_ratio" not in sft.cfg.data
+
+
+def test_generator_vllm_without_the_package_names_the_install_command(hydra_conf):
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vllm is installed here: the refusal cannot happen")
+    except ImportError:
+        pass
+    with pytest.raises(ConfigError, match=r"generator=vllm.*install_vllm\.sh"):
+        plan(hydra_conf, ["generator=vllm"])

@@ -69,6 +69,50 @@ def _check_replay(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"data.harvest={harvest!r}: no such directory (a store written with data.store=...)")
 
 
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_memory_keys(cfg: DictConfig, errors: list[str]) -> None:
+    """Micro-batches, weight dtype, activation checkpointing, clipping, annotation batches."""
+    batch, micro = _raw(cfg, "data.batch_size"), _get(cfg, "data.micro_batch_size", errors)
+    if micro is not None:
+        if not _positive_int(micro):
+            errors.append(f"data.micro_batch_size={micro!r} must be a positive integer (records per forward pass)")
+        elif _positive_int(batch) and (micro > batch or batch % micro):
+            errors.append(f"data.micro_batch_size={micro} must divide data.batch_size={batch} "
+                          f"(batch_size / micro_batch_size = gradient-accumulation steps)")
+    dtype = _raw(cfg, "model.dtype")
+    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
+        errors.append(f"model.dtype={dtype!r}: choose float32, bfloat16 or float16")
+    for key in ("model.activation_checkpointing", "model.lora.save_merged", "generator.ignore_eos"):
+        value = _raw(cfg, key)
+        if value is not None and not isinstance(value, bool):
+            errors.append(f"{key}={value!r} must be true or false")
+    for key in ("algorithm.max_grad_norm",):
+        value = _raw(cfg, key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
+            errors.append(f"{key}={value!r} must be a positive number, or null for no clipping")
+    size = _raw(cfg, "algorithm.annotate_batch_size")
+    if size is not None and not _positive_int(size):
+        errors.append(f"algorithm.annotate_batch_size={size!r} must be a positive integer, or null "
+                      f"(= data.micro_batch_size)")
+    top_p = _raw(cfg, "generator.top_p")
+    if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        errors.append(f"generator.top_p={top_p!r} must be in (0, 1]")
+
+
+def _check_generator(cfg: DictConfig, errors: list[str]) -> None:
+    """generator=vllm needs the vllm package, installed its own way (scripts/install_vllm.sh)."""
+    target = _raw(cfg, "generator._target_") or ""
+    if target.startswith("models.vllm_generator."):
+        from models.vllm_generator import check_vllm_available
+        try:
+            check_vllm_available()
+        except (ImportError, RuntimeError) as e:
+            errors.append(f"generator=vllm: {e}")
+
+
 def _check_files(cfg: DictConfig, errors: list[str]) -> None:
     path = _raw(cfg, "model.name_or_path")
     if isinstance(path, str) and path != "???" and not Path(path).is_dir():
@@ -82,5 +126,7 @@ def validate(cfg: DictConfig, stage: str) -> None:
     _check_rounds(cfg, errors)
     _check_replay(cfg, errors)
     _check_files(cfg, errors)
+    _check_memory_keys(cfg, errors)
+    _check_generator(cfg, errors)
     if errors:
         raise ConfigError(f"invalid config for stage {stage!r}:\n  - " + "\n  - ".join(errors))

@@ -43,6 +43,7 @@ class Recorder(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.events.append(("batch", trainer.current_epoch, trainer.global_step, batch))
+        self.events.append(("mode", "train", pl_module.policy.training))
 
     def on_train_epoch_end(self, trainer, pl_module):
         self.events.append(("on_train_epoch_end", trainer.current_epoch))
@@ -67,7 +68,8 @@ def fitted(tmp_path_factory):
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     datamodule = build(cfg.data, task=stage.task, tokenizer=tokenizer)
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
-    regenerate = build(cfg.callbacks.regenerate, generator=instantiate(cfg.generator), reward=CharSumReward())
+    generator = instantiate(cfg.generator)
+    regenerate = build(cfg.callbacks.regenerate, generator=generator, reward=CharSumReward())
 
     events, rounds = [], []
     put, train_dataloader = datamodule.put, datamodule.train_dataloader
@@ -81,6 +83,16 @@ def fitted(tmp_path_factory):
         events.append(("train_dataloader",))
         return train_dataloader()
 
+    sample = generator.sample
+
+    def recording_sample(model, *args, **kwargs):
+        hook = model.get_decoder().register_forward_pre_hook(lambda m, a: events.append(("mode", "generate", m.training)))
+        try:
+            return sample(model, *args, **kwargs)
+        finally:
+            hook.remove()
+
+    generator.sample = recording_sample
     datamodule.put, datamodule.train_dataloader = recording_put, recording_train_dataloader
     trainer = L.Trainer(**cfg.trainer, callbacks=[Recorder(events), regenerate], logger=False,
                         enable_progress_bar=False, default_root_dir=str(out))
@@ -93,7 +105,7 @@ def test_lightning_hook_order(fitted):
     """on_fit_start → round 1 → train_dataloader → epoch 0 → on_train_epoch_end → round 2 →
     train_dataloader → epoch 1 → … ; no round after the last epoch (max_steps reached)."""
     names = []
-    for e in fitted["events"]:
+    for e in (e for e in fitted["events"] if e[0] != "mode"):
         name = e[0] if e[0] != "put" else f"put{e[1]}"
         if name != "batch" or names[-1] != "batch":  # collapse runs of batches
             names.append(name)
@@ -156,3 +168,12 @@ def test_policy_trained_and_metrics_logged(fitted):
     assert summary["rollout/rounds"] == ROUNDS and summary["cost/generated_tokens"] > 0
     assert summary["cost/records_generated"] == 8 * ROUNDS and summary["cost/records_dropped"] == 0
     assert fitted["datamodule"].epochs_served == ROUNDS
+
+
+def test_policy_trains_in_train_mode_and_generates_in_eval_mode(fitted):
+    """Dropout is on while training (Lightning keeps the mode modules start in) and off while
+    sampling; the mode is restored after each round."""
+    modes = [e[1:] for e in fitted["events"] if e[0] == "mode"]
+    assert {m for kind, m in modes if kind == "train"} == {True}
+    generating = [m for kind, m in modes if kind == "generate"]
+    assert generating and not any(generating)

@@ -89,7 +89,7 @@ def save_model_without_pad(path):
 
 def test_load_hf_without_pad_adds_a_distinct_pad_and_resizes(tmp_path):
     original, n = save_model_without_pad(tmp_path)
-    model, tok = load_hf(str(tmp_path), dtype="float32", trust_remote_code=False)
+    model, tok = load_hf(str(tmp_path), dtype="float32", trust_remote_code=False, activation_checkpointing=False)
     assert tok.pad_token == "<pad>" and tok.pad_token_id == n  # a new id, not eos
     assert tok.pad_token_id != tok.eos_token_id
     assert len(tok) == n + 1
@@ -106,11 +106,11 @@ def test_load_hf_keeps_an_existing_pad_and_refuses_missing_dirs(tmp_path):
     model, tok = tiny_model()
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    loaded, ltok = load_hf(str(tmp_path), dtype="float32", trust_remote_code=False)
+    loaded, ltok = load_hf(str(tmp_path), dtype="float32", trust_remote_code=False, activation_checkpointing=False)
     assert ltok.pad_token_id == tok.pad_token_id and len(ltok) == len(tok)
     assert loaded.get_input_embeddings().weight.shape[0] == len(tok)
     with pytest.raises(FileNotFoundError, match="no_such_model"):
-        load_hf(str(tmp_path / "no_such_model"), dtype="float32", trust_remote_code=False)
+        load_hf(str(tmp_path / "no_such_model"), dtype="float32", trust_remote_code=False, activation_checkpointing=False)
 
 
 # ---------------------------------------------------------------- generation
@@ -240,3 +240,26 @@ def test_ignore_eos_gives_full_length_completions():
     finally:
         handle.remove()
     assert [len(c) for c in out.completions] == [4, 4] and out.completions[0][0] == tok.eos_token_id
+
+
+def test_model_dtype_and_activation_checkpointing(tmp_path):
+    """model.dtype loads the weights in that dtype; activation checkpointing recomputes the decoder
+    layers in backward and gives the same gradients (float32, to 1e-5)."""
+    from models.forward import sequence_token_logprobs
+    model, tok = tiny_model(seed=5)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    bf16, _ = load_hf(str(tmp_path), dtype="bfloat16", trust_remote_code=False, activation_checkpointing=False)
+    assert bf16.dtype == torch.bfloat16
+    grads = []
+    for checkpointing in (False, True):
+        m, _ = load_hf(str(tmp_path), dtype="float32", trust_remote_code=False,
+                       activation_checkpointing=checkpointing)
+        m.train()
+        assert getattr(m, "is_activation_checkpointing", m.is_gradient_checkpointing) == checkpointing
+        ids = torch.tensor([[1, 5, 6, 7, 8, 9]])
+        sequence_token_logprobs(m, ids, torch.ones_like(ids), 1.0).sum().backward()
+        grads.append(m.model.layers[0].mlp.up_proj.weight.grad.clone())
+    assert torch.allclose(grads[0], grads[1], atol=1e-5)
+    with pytest.raises(ValueError, match="model.dtype"):
+        load_hf(str(tmp_path), dtype="float8", trust_remote_code=False, activation_checkpointing=False)
