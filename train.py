@@ -14,6 +14,10 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from models.memory import return_large_blocks_to_os  # noqa: E402
+
+return_large_blocks_to_os()  # before any large tensor: freed logit chunks go back to the OS
+
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 

@@ -81,6 +81,8 @@ CASES = {
                         "algorithm.epochs_per_round=1", "algorithm.beta=0.04", "generator.max_new_tokens=128",
                         "generator.ignore_eos=true", "model=hf", "model.name_or_path={real_vocab_dir}"],
 }
+CASES["grpo_real_vocab_vllm"] = CASES["grpo_real_vocab"] + ["generator=vllm", "generator.max_new_tokens=128",
+                                                            "generator.ignore_eos=true"]  # in the vllm venv
 REAL_VOCAB_ONLY_NEW = ("data.micro_batch_size=", "generator.ignore_eos=")  # keys the code before #9 lacks
 
 
@@ -188,6 +190,8 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
 
     if threads:
         torch.set_num_threads(threads)
+    from models.memory import return_large_blocks_to_os
+    return_large_blocks_to_os()  # as train.py does
 
     class TimedRegenerate(RegenerateExperience):
         """The project's callback, recording each round's generation time and generated tokens."""
@@ -209,7 +213,7 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
     overrides = ["experiment=single", "logger=none", "trainer.enable_checkpointing=false",
                  f"trainer.max_steps={steps}", *CASES[case]]
     scratch = tempfile.TemporaryDirectory()
-    if case == "grpo_real_vocab":
+    if case.startswith("grpo_real_vocab"):
         model_dir = Path(scratch.name) / "qwen-like"  # written by another process: not in this one's peak RSS
         subprocess.run([sys.executable, "-m", "models.synthetic", str(model_dir)], cwd=ROOT, check=True,
                        capture_output=True)

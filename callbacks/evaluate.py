@@ -11,7 +11,7 @@ from torchmetrics import MeanMetric
 from callbacks.logging import find_callback, log_now, say
 from data_modules.tasks.base import Task, encode_prompt
 from models.generation import HFGenerator
-from rewards.base import RewardSource
+from rewards.base import RewardSource, safe_score
 
 
 def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: RewardSource,
@@ -21,12 +21,13 @@ def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: Re
     prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in examples]
     out = generator.sample(policy, tokenizer, prompts, greedy=True)
     texts = tokenizer.batch_decode(out.completions, skip_special_tokens=True)
-    scores = verifier.score([ex.prompt for ex in examples], texts, examples)
+    report = safe_score(verifier, [ex.prompt for ex in examples], texts, examples)  # never raises
     acc = MeanMetric()
-    for s in scores:
-        acc.update(float(s or 0.0))
-    return {"val/accuracy": float(acc.compute()),
-            "val/response_len_mean": sum(map(len, out.completions)) / len(out.completions)}
+    for s in report.scores:
+        acc.update(float(s or 0.0))  # an unscored answer (verifier failed or abstained) counts as wrong
+    return {"val/accuracy": float(acc.compute()), "val/unscored": float(report.abstained),
+            "val/response_len_mean": sum(map(len, out.completions)) / len(out.completions),
+            **({"first_error": report.first_error} if report.first_error else {})}
 
 
 class HeldOutEvaluation(L.Callback):
@@ -42,6 +43,9 @@ class HeldOutEvaluation(L.Callback):
     def _run(self, trainer, pl_module) -> dict:
         result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
                           self.verifier, self.num_examples)
+        error = result.pop("first_error", None)
+        if error:
+            say(trainer, f"WARNING [eval] {result['val/unscored']:.0f} held-out answers unscored, counted wrong: {error}")
         self.history.append((trainer.global_step, result["val/accuracy"]))
         self.curve.append({"step": trainer.global_step, "generated_tokens": generated_tokens(trainer),
                            "accuracy": result["val/accuracy"]})

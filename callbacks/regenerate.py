@@ -24,8 +24,9 @@ from rewards.base import RewardSource, safe_score
 
 
 class RegenerateExperience(L.Callback):
-    def __init__(self, generator: HFGenerator, reward: RewardSource):
+    def __init__(self, generator: HFGenerator, reward: RewardSource, max_dropped_rounds: int = 3):
         self.generator, self.reward = generator, reward
+        self.max_dropped_rounds, self.dropped_in_a_row = max_dropped_rounds, 0
         self.rounds = self.epochs_ended = 0
         self.last_end_step = -1
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "generation_seconds": 0.0,
@@ -49,17 +50,17 @@ class RegenerateExperience(L.Callback):
         self.epochs_ended, self.last_end_step = self.epochs_ended + 1, trainer.global_step
         done = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
         if getattr(trainer.datamodule, "online", False) and not done:
-            self.regenerate(trainer, pl_module, getattr(pl_module, "round_end_reason", None) or "schedule")
+            self.regenerate(trainer, pl_module, getattr(pl_module, "round_end", lambda: None)() or "schedule")
 
     STATE = ("rounds", "epochs_ended", "last_end_step", "totals", "reward_means", "source_means",
-             "triggers", "replay_fracs", "abstained", "timeouts")  # in the checkpoint, for resume
+             "triggers", "replay_fracs", "abstained", "timeouts", "dropped_in_a_row")  # checkpointed
 
     def state_dict(self) -> dict:
         return copy.deepcopy({k: getattr(self, k) for k in self.STATE})
 
     def load_state_dict(self, state: dict) -> None:
-        for k in self.STATE:
-            setattr(self, k, copy.deepcopy(state[k]))
+        for k in self.STATE:  # a key an older checkpoint lacks keeps its fresh value
+            setattr(self, k, copy.deepcopy(state.get(k, getattr(self, k))))
 
     def regenerate(self, trainer: L.Trainer, pl_module, trigger: str = "schedule") -> list[ExperienceRecord]:
         """Make one round; `trigger` is why (start | schedule | ess | kl | staleness | target_kl)."""
@@ -85,13 +86,26 @@ class RegenerateExperience(L.Callback):
         mismatch = self._logprob_mismatch(pl_module, records) if records else {}
         if records:
             dm.put(pl_module.annotate(records))
-        else:  # every sample abstained: the previous round is served again; the run goes on
-            say(trainer, f"[rollout] every sample of round {self.rounds + 1} was dropped "
-                         f"({report.first_error or 'reward abstained'}); serving the previous round")
-            if not dm.epoch_records():
-                raise RuntimeError(f"the first round has no scored sample: {report.first_error}")
+            self.dropped_in_a_row = 0
+        else:
+            self._all_dropped(trainer, dm, report)
         self._account(trainer, pl_module, prompts, out, report, records, mismatch)
         return records
+
+    def _all_dropped(self, trainer, dm, report) -> None:
+        """Every sample of the round was dropped: serve the previous round again, loudly, and stop after
+        `max_dropped_rounds` such rounds in a row (training on ever staler data is no longer RL)."""
+        self.dropped_in_a_row += 1
+        why = report.first_error or "the reward source abstained on every sample"
+        if not dm.epoch_records():
+            raise RuntimeError(f"round {self.rounds + 1} has no scored sample ({why}) and there is no earlier "
+                               f"round to serve again; check the reward source (reward=...) and the task")
+        if self.dropped_in_a_row >= self.max_dropped_rounds:
+            raise RuntimeError(f"{self.dropped_in_a_row} rounds in a row had every sample dropped ({why}); "
+                               f"stopping (callbacks.regenerate.max_dropped_rounds={self.max_dropped_rounds})")
+        say(trainer, f"WARNING [rollout] every sample of round {self.rounds + 1} was dropped ({why}); "
+                     f"serving the previous round again ({self.dropped_in_a_row} in a row, the run stops at "
+                     f"{self.max_dropped_rounds})")
 
     def _logprob_mismatch(self, pl_module, records: list[ExperienceRecord]) -> dict[str, float]:
         """For an engine whose log-probs are not the policy's own forward (vLLM): the train/inference

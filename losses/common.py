@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from losses.linear_logprobs import linear_token_logprobs
+
 
 CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MB in float32): bounds memory at any vocabulary size
 
@@ -17,6 +19,12 @@ def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
 def _chunks(n_rows: int, vocab: int, chunk_elements: int):
     step = max(1, chunk_elements // max(vocab, 1))
     return [(lo, min(lo + step, n_rows)) for lo in range(0, n_rows, step)]
+
+
+def _plain_linear(head) -> bool:
+    """A bias-free nn.Linear with plain (not sharded, not adapter-wrapped) weights."""
+    return (type(head) is torch.nn.Linear and head.bias is None
+            and type(head.weight.data) is torch.Tensor and not head.weight.is_meta)
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
@@ -37,6 +45,9 @@ def head_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, tempe
     shape = targets.shape
     flat, tgt = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     vocab = head.weight.shape[0] if head is not None else flat.shape[-1]
+    if _plain_linear(head):  # one reused logits buffer and one weight-gradient buffer: the fused path
+        rows = max(1, chunk_elements // vocab)
+        return linear_token_logprobs(flat, head.weight, tgt, temperature, rows).view(shape)
     fn = (lambda h, t: _chunk_logprobs(head(h), t, temperature)) if head is not None else (
         lambda h, t: _chunk_logprobs(h, t, temperature))
     spans = _chunks(flat.shape[0], vocab, chunk_elements)

@@ -78,8 +78,14 @@ class RolloutModule(PolicyModule):
         """Ask to end the current round before its next step (the reason is logged as the trigger)."""
         self._end_round = self._end_round or reason
 
+    def round_end(self) -> str | None:
+        """Why the round that just ended ended early (drift trigger, target KL), or None if it ran its
+        schedule. A request made on the round's last step counts too: with one step a round (common
+        for GRPO) every request is made there, and the next round is made for that reason."""
+        return self.round_end_reason or self._end_round
+
     def on_train_epoch_start(self) -> None:
-        self.round_end_reason = self._end_round = None  # a request from the last step of a round lapses
+        self.round_end_reason = self._end_round = None  # the regeneration callback has read round_end()
 
     def on_train_batch_start(self, batch, batch_idx: int):
         ask = self._end_round is not None

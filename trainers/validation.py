@@ -93,6 +93,9 @@ def _check_memory_keys(cfg: DictConfig, errors: list[str]) -> None:
         value = _raw(cfg, key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
             errors.append(f"{key}={value!r} must be a positive number, or null for no clipping")
+    dropped = _raw(cfg, "callbacks.regenerate.max_dropped_rounds")
+    if dropped is not None and not _positive_int(dropped):
+        errors.append(f"callbacks.regenerate.max_dropped_rounds={dropped!r} must be a positive integer")
     size = _raw(cfg, "algorithm.annotate_batch_size")
     if size is not None and not _positive_int(size):
         errors.append(f"algorithm.annotate_batch_size={size!r} must be a positive integer, or null "

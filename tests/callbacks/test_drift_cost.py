@@ -48,6 +48,17 @@ def test_drift_ends_rounds_early_and_names_the_reason(tmp_path, thresholds, reas
     assert regenerate.summary()[f"rollout/trigger/{reason}"] == 3
 
 
+def test_a_trigger_on_the_last_step_of_a_round_makes_the_next_round(tmp_path):
+    """One optimizer step a round (16 records, batch 16): every request is made on a round's last step.
+    It must not lapse: the next round is made for that reason (and replay_mix makes it all fresh)."""
+    stage = stage_cfg(tmp_path, ["data.replay_ratio=0.5", "algorithm.epochs_per_round=1", "data.batch_size=16"])
+    trigger = DriftTrigger(min_ess_frac=1.01, max_kl=None, max_staleness=None)  # ESS ≤ 1: fires every step
+    trainer, dm, regenerate = fit(stage, 4, [trigger])
+    assert trainer.global_step == 4
+    assert regenerate.triggers == {"start": 1, "ess": 3}
+    assert regenerate.replay_fracs[1:] == [0.0, 0.0, 0.0]  # refresh_on_drift: each triggered round all fresh
+
+
 class TokenCounter(L.Callback):
     def __init__(self):
         self.tokens = self.records = 0

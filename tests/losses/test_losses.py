@@ -220,11 +220,12 @@ def test_chunked_token_logprobs_match_full_log_softmax_values_and_gradients(chun
 
 
 def test_head_token_logprobs_never_builds_the_whole_logits_and_matches():
-    """Through the LM head in chunks of 2 rows: every head call sees ≤ 2 rows (also when backward
-    recomputes them), and values and gradients (hidden and head weight) match the full computation."""
+    """A head the fused path does not take (it has a bias) goes through checkpointed chunks of 2 rows:
+    every head call sees ≤ 2 rows (also when backward recomputes them), and values and gradients
+    (hidden and head weight) match the full computation."""
     from losses.common import head_token_logprobs
     torch.manual_seed(1)
-    head = torch.nn.Linear(4, 13, bias=False)
+    head = torch.nn.Linear(4, 13, bias=True)
     hidden = torch.randn(2, 3, 4, requires_grad=True)
     targets = torch.randint(0, 13, (2, 3))
     rows_seen = []
@@ -239,3 +240,43 @@ def test_head_token_logprobs_never_builds_the_whole_logits_and_matches():
     full.sum().backward()
     assert torch.allclose(got, full, atol=1e-5)
     assert torch.allclose(g_hidden, hidden.grad, atol=1e-5) and torch.allclose(g_head, head.weight.grad, atol=1e-5)
+
+
+class LargestOp(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the largest tensor any op produces."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_fused_linear_logprobs_values_gradients_and_bounded_buffers(dtype, tol):
+    """The fused path (bias-free nn.Linear): values and gradients of hidden and weight equal
+    log_softmax's (at T = 0.7, 11 rows in chunks of 3), and no op ever makes a tensor larger than one
+    chunk of logits or the weight itself: the [rows, vocab] logits never exist at once."""
+    from losses.common import head_token_logprobs
+    torch.manual_seed(2)
+    vocab, width, rows = 50, 8, 11
+    head = torch.nn.Linear(width, vocab, bias=False).to(dtype)
+    hidden = torch.randn(rows, width, dtype=dtype, requires_grad=True)
+    targets = torch.randint(0, vocab, (rows,))
+    weights = torch.randn(rows)
+    with LargestOp() as probe:
+        got = head_token_logprobs(hidden, head, targets, 0.7, chunk_elements=3 * vocab)
+        (got * weights).sum().backward()
+    assert probe.largest <= max(3 * vocab, vocab * width) < rows * vocab
+    g_hidden, g_weight = hidden.grad.float(), head.weight.grad.float()
+    h32 = hidden.detach().float().requires_grad_()
+    w32 = head.weight.detach().float().requires_grad_()
+    want = _reference_logprobs(h32 @ w32.t(), targets, 0.7)
+    (want * weights).sum().backward()
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=tol)
+    assert torch.allclose(g_hidden, h32.grad, atol=tol) and torch.allclose(g_weight, w32.grad, atol=tol)

@@ -116,3 +116,22 @@ def test_micro_batches_are_trimmed_to_their_own_longest_sequence():
         assert p.completion_mask.shape[1] == p.input_ids.shape[1] - 1
     assert sum(float(p.completion_mask.sum()) for p in parts) == float(batch.completion_mask.sum())
     assert batch.split(7) == [batch]
+
+
+def test_dr_grpo_divides_by_a_constant_generation_budget(hydra_conf):
+    """Dr. GRPO's seq_mean_token_sum_norm divides by generator.max_new_tokens, not by each batch's padded
+    width: a batch's loss does not change when a longer record pads it wider (one record, advantage 1,
+    on-policy: per-token loss −ratio·A = −1 on its 3 completion tokens → −3 / 8)."""
+    module, tok = module_for(hydra_conf, ["algorithm=dr_grpo", "algorithm.beta=0", "generator.max_new_tokens=8"])
+    assert module.loss_max_len == 8
+    records = experience(3)
+    for r in records:
+        r.advantage = 1.0
+        r.behaviour_logprobs = module.frozen_logprobs(module.policy, collate([r], tok.pad_token_id))[0]
+    short = records[1]  # completion of 6 tokens
+    alone, _ = module.micro_loss(collate([short], tok.pad_token_id))
+    assert float(alone) == pytest.approx(-len(short.completion_ids) / 8, abs=1e-5)
+    padded = collate(records, tok.pad_token_id)
+    wide, _ = module.micro_loss(padded)
+    each = [-len(r.completion_ids) / 8 for r in records]
+    assert float(wide) == pytest.approx(sum(each) / 3, abs=1e-5)

@@ -1,0 +1,60 @@
+"""Run integrity in the rollout loop: held-out evaluation goes through the reward guard (a verifier that
+raises costs accuracy, never the run), and rounds in which every sample is dropped are announced and,
+past `callbacks.regenerate.max_dropped_rounds` in a row, stop the run instead of training on stale
+data to the end."""
+from __future__ import annotations
+
+import lightning as L
+import pytest
+from hydra.utils import instantiate
+
+from callbacks.evaluate import evaluate
+from rewards.base import RewardSource
+from tests.data_modules.test_replay_mix import stage_cfg
+from tests.helpers import tiny_model
+from trainers.pipeline import build
+
+
+class Broken(RewardSource):
+    name, version = "broken", "test"
+
+    def score(self, prompts, completions, examples):
+        raise RecursionError("a malformed answer broke the verifier")
+
+
+class GoodThenSilent(RewardSource):
+    """Scores the first round, abstains on every sample afterwards."""
+
+    name, version = "flaky", "test"
+
+    def __init__(self):
+        self.calls = 0
+
+    def score(self, prompts, completions, examples):
+        self.calls += 1
+        return [(sum(map(ord, c)) % 10) / 10 if self.calls == 1 else None for c in completions]
+
+
+def test_evaluation_survives_a_verifier_that_raises(tmp_path):
+    stage = stage_cfg(tmp_path)
+    policy, tok = tiny_model()
+    result = evaluate(policy, tok, stage.task, instantiate(stage.cfg.generator), Broken(), num_examples=5)
+    assert result["val/accuracy"] == 0.0 and result["val/unscored"] == 5.0
+    assert "RecursionError" in result["first_error"]
+
+
+def test_rounds_with_every_sample_dropped_stop_the_run_after_the_limit(tmp_path):
+    stage = stage_cfg(tmp_path, ["data.replay_ratio=0", "data.max_reuse=null", "data.max_staleness=null",
+                                 "algorithm.epochs_per_round=1", "data.batch_size=16"])
+    cfg = stage.cfg
+    L.seed_everything(cfg.seed, verbose=False)
+    policy, tok = instantiate(cfg.model)
+    dm = build(cfg.data, task=stage.task, tokenizer=tok)
+    module = build(cfg.algorithm, policy=policy, tokenizer=tok)
+    regenerate = build(cfg.callbacks.regenerate, generator=instantiate(cfg.generator), reward=GoodThenSilent())
+    assert regenerate.max_dropped_rounds == 3
+    trainer = L.Trainer(**(dict(cfg.trainer) | {"max_steps": 10}), logger=False, enable_progress_bar=False,
+                        default_root_dir=cfg.run.output_dir, callbacks=[regenerate])
+    with pytest.raises(RuntimeError, match=r"3 rounds in a row.*max_dropped_rounds=3"):
+        trainer.fit(module, datamodule=dm)
+    assert trainer.global_step == 3  # round 1, then round 1 served again twice; the third drop stops it
