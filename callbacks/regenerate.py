@@ -27,6 +27,7 @@ class RegenerateExperience(L.Callback):
     def __init__(self, generator: HFGenerator, reward: RewardSource, max_dropped_rounds: int = 3):
         self.generator, self.reward = generator, reward
         self.max_dropped_rounds, self.dropped_in_a_row = max_dropped_rounds, 0
+        self.last_round: dict[str, float] = {}  # the latest round's rollout metrics
         self.rounds = self.epochs_ended = 0
         self.last_end_step = -1
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "generation_seconds": 0.0,
@@ -164,9 +165,15 @@ class RegenerateExperience(L.Callback):
             finite = [x for x in scores if x is not None]
             source_means[name] = sum(finite) / len(finite) if finite else float("nan")
             self.source_means.setdefault(name, []).append(source_means[name])
+        n = max(len(out.completions), 1)
+        eos = pl_module.tokenizer.eos_token_id
+        ended = sum(1 for c in out.completions if c and c[-1] == eos)
         metrics = {
             "rollout/reward_mean": mean,
-            "rollout/response_len_mean": gen_tokens / max(len(out.completions), 1),
+            "rollout/response_len_mean": gen_tokens / n,
+            "rollout/eos_frac": ended / n,
+            "rollout/truncated_frac": sum(1 for c in out.completions if len(c) >= self.generator.max_new_tokens
+                                          and (not c or c[-1] != eos)) / n,
             "rollout/reward_abstained": float(report.abstained),
             "rollout/reward_errors": float(report.errors),
             "rollout/reward_timeouts": float(report.timeouts),
@@ -181,6 +188,7 @@ class RegenerateExperience(L.Callback):
         metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
         metrics |= getattr(trainer.datamodule, "round_stats", dict)()
         self.replay_fracs.append(metrics.get("rollout/replay_frac", 0.0))
+        self.last_round = metrics  # read by callbacks/guards.py
         log_now(trainer, metrics)
 
     def _reward_stats(self) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Callable
 
 import lightning as L
@@ -82,6 +83,10 @@ class PolicyModule(L.LightningModule):
             step.add(loss.detach(), metrics, weight)
         loss, metrics = step.result()
         self.log_step(batch, loss, metrics)  # before the step: the weights are still those the loss saw
+        if not self.gradients_finite():
+            self.skip_nonfinite("gradient")
+            opt.zero_grad(set_to_none=True)
+            return None
         if self.max_grad_norm:
             self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
         opt.step()
@@ -150,12 +155,39 @@ class PolicyModule(L.LightningModule):
         """Return the loss, or None (skip the step) if it is NaN/inf; stop past `max_nonfinite` of them."""
         if torch.isfinite(loss):
             return loss
+        self.skip_nonfinite("loss")
+        return None
+
+    def gradients_finite(self) -> bool:
+        """Whether the accumulated gradients are all finite (one reduction, one host sync). Under fp16
+        mixed precision the grad scaler owns this (it skips steps with inf gradients itself)."""
+        if self._trainer is not None and str(self.trainer.precision).startswith("16"):
+            return True
+        grads = [p.grad for p in self.trainable_parameters() if p.grad is not None]
+        return not grads or bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+
+    def skip_nonfinite(self, what: str) -> None:
+        """Count a skipped step (a NaN/inf loss or gradient); past `max_nonfinite` save a checkpoint of the
+        weights before the bad step and stop, naming the first bad step."""
+        step = self.trainer.global_step if self._trainer is not None else 0
         self.nonfinite += 1
+        self.first_nonfinite = getattr(self, "first_nonfinite", None) or f"a non-finite {what} at step {step}"
         self.log("train/nonfinite_losses", float(self.nonfinite))
         if self.nonfinite > self.max_nonfinite:
+            saved = self.save_emergency_checkpoint("nonfinite.ckpt")
             raise NonFiniteLossError(
-                f"{self.nonfinite} non-finite losses (limit algorithm.max_nonfinite={self.max_nonfinite})")
-        return None
+                f"{self.nonfinite} optimizer steps skipped for non-finite losses or gradients (limit "
+                f"algorithm.max_nonfinite={self.max_nonfinite}); the first was {self.first_nonfinite}"
+                + (f"; the weights before it are in {saved}" if saved else ""))
+
+    def save_emergency_checkpoint(self, name: str):
+        """Save the trainer's state next to the stage's checkpoints (None without a trainer)."""
+        if self._trainer is None:
+            return None
+        ckpt = self.trainer.checkpoint_callback
+        folder = Path(getattr(ckpt, "dirpath", None) or self.trainer.default_root_dir)
+        self.trainer.save_checkpoint(folder / name)
+        return folder / name
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, ExperienceBatch) else super().transfer_batch_to_device(
