@@ -215,4 +215,5 @@ class RegenerateExperience(L.Callback):
                 **per_source,
                 **{f"cost/{k}": v for k, v in self.totals.items()},
                 **self._reward_stats(),
+                **{k: v for k, v in self.last_round.items() if k.startswith("rollout/logp_mismatch")},
                 **({"rollout/first_reward_error": self.first_error} if self.first_error else {})}
