@@ -18,6 +18,13 @@ included: loggers (logger=False), the progress bar, held-out evaluation, checkpo
   grpo  tiny Llama (hidden 64, 2 layers, 4 heads, intermediate 256), arithmetic task, 16 prompts × 8
         samples = 128 records, 8 new tokens, β=0.04 (frozen reference), one optimizer step per round.
   sft   same model, demonstrations of the arithmetic task's exact solver, batch 64.
+  grpo_real_vocab  a Qwen2-shaped model (vocabulary 151,936, hidden 256, 2 layers, random weights;
+        written to a temp dir by `python -m models.synthetic` in another process, so its build is not in
+        this process's peak RSS) through `model=hf`: 8 prompts × 8 samples, 128 new tokens every time
+        (eos ignored), β=0.04, micro-batches of 8. `grpo_real_vocab_vllm`: the same with
+        `generator=vllm` (run it with the vllm venv's python; its `other_s` includes the policy forward
+        that measures the engine/policy log-prob mismatch). BENCH_BEFORE_ISSUE_9=1 drops the keys the
+        code before the bounded-memory rework lacks (micro_batch_size, ignore_eos), to measure it.
 
 What is measured. A timing callback marks every optimizer step (on_train_batch_start/_end).
 `step_wall_s` is the time between the ends of two consecutive steps: for GRPO that is one whole round
