@@ -4,15 +4,13 @@ past `callbacks.regenerate.max_dropped_rounds` in a row, stop the run instead of
 data to the end."""
 from __future__ import annotations
 
-import lightning as L
 import pytest
 from hydra.utils import instantiate
 
 from callbacks.evaluate import evaluate
 from rewards.base import RewardSource
-from tests.data_modules.test_replay_mix import stage_cfg
+from tests.data_modules.test_replay_mix import build_parts, stage_cfg
 from tests.helpers import tiny_model
-from trainers.pipeline import build
 
 
 class Broken(RewardSource):
@@ -46,15 +44,8 @@ def test_evaluation_survives_a_verifier_that_raises(tmp_path):
 def test_rounds_with_every_sample_dropped_stop_the_run_after_the_limit(tmp_path):
     stage = stage_cfg(tmp_path, ["data.replay_ratio=0", "data.max_reuse=null", "data.max_staleness=null",
                                  "algorithm.epochs_per_round=1", "data.batch_size=16"])
-    cfg = stage.cfg
-    L.seed_everything(cfg.seed, verbose=False)
-    policy, tok = instantiate(cfg.model)
-    dm = build(cfg.data, task=stage.task, tokenizer=tok)
-    module = build(cfg.algorithm, policy=policy, tokenizer=tok)
-    regenerate = build(cfg.callbacks.regenerate, generator=instantiate(cfg.generator), reward=GoodThenSilent())
+    trainer, module, dm, regenerate = build_parts(stage, 10, reward=GoodThenSilent())
     assert regenerate.max_dropped_rounds == 3
-    trainer = L.Trainer(**(dict(cfg.trainer) | {"max_steps": 10}), logger=False, enable_progress_bar=False,
-                        default_root_dir=cfg.run.output_dir, callbacks=[regenerate])
     with pytest.raises(RuntimeError, match=r"3 rounds in a row.*max_dropped_rounds=3"):
         trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 3  # round 1, then round 1 served again twice; the third drop stops it

@@ -34,16 +34,23 @@ def stage_cfg(out, extra=()):
     return stage
 
 
-def fit(stage, max_steps, callbacks=(), ckpt_path=None):
+def build_parts(stage, max_steps, callbacks=(), reward=None):
+    """(trainer, module, data module, regeneration callback) of a stage, wired as train.py wires them."""
     cfg = stage.cfg
     L.seed_everything(cfg.seed, verbose=False)
     policy, tokenizer = instantiate(cfg.model)
     dm = build(cfg.data, task=stage.task, tokenizer=tokenizer)
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
-    regenerate = build(cfg.callbacks.regenerate, generator=instantiate(cfg.generator), reward=CharSumReward())
+    regenerate = build(cfg.callbacks.regenerate, generator=instantiate(cfg.generator),
+                       reward=reward or CharSumReward())
     trainer = L.Trainer(**(dict(cfg.trainer) | {"max_steps": max_steps}), logger=False,
                         enable_progress_bar=False, default_root_dir=cfg.run.output_dir,
                         callbacks=[*callbacks, regenerate])
+    return trainer, module, dm, regenerate
+
+
+def fit(stage, max_steps, callbacks=(), ckpt_path=None):
+    trainer, module, dm, regenerate = build_parts(stage, max_steps, callbacks)
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     return trainer, dm, regenerate
 

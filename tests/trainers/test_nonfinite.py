@@ -5,29 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
-from hydra.utils import instantiate
 
-from tests.data_modules.test_replay_mix import CharSumReward, stage_cfg
+from tests.data_modules.test_replay_mix import build_parts, stage_cfg
 from trainers.base import NonFiniteLossError
-from trainers.pipeline import build
 
 
 def fit_with(tmp_path, poison):
     stage = stage_cfg(tmp_path, ["algorithm.max_nonfinite=2", "data.replay_ratio=0", "data.batch_size=16",
                                  "algorithm.epochs_per_round=1"])
-    cfg = stage.cfg
-    L.seed_everything(cfg.seed, verbose=False)
-    policy, tok = instantiate(cfg.model)
+    trainer, module, dm, _ = build_parts(stage, 10)
+    policy = module.policy
     before = {k: v.clone() for k, v in policy.state_dict().items()}
-    dm = build(cfg.data, task=stage.task, tokenizer=tok)
-    module = build(cfg.algorithm, policy=policy, tokenizer=tok)
     poison(module)
-    regenerate = build(cfg.callbacks.regenerate, generator=instantiate(cfg.generator), reward=CharSumReward())
-    trainer = L.Trainer(**(dict(cfg.trainer) | {"max_steps": 10}), logger=False, enable_progress_bar=False,
-                        default_root_dir=str(tmp_path), callbacks=[regenerate])
     with pytest.raises(NonFiniteLossError) as err:
         trainer.fit(module, datamodule=dm)
     after = policy.state_dict()
