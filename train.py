@@ -28,6 +28,8 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from callbacks.summary import RunSummary  # noqa: E402
 from models.lora import save_policy  # noqa: E402
+from trainers.command_line import exit_on_bad_command_line  # noqa: E402
+from trainers.errors import exit_with, full_traceback, user_error  # noqa: E402
 from trainers.pipeline import (checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
                                run_stage, set_run_fields)
 from trainers.validation import ConfigError  # noqa: E402
@@ -82,8 +84,12 @@ def _finished(out: Path, resume: bool) -> dict:
 def main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     out, group, name = run_names(hc)
-    try:
-        stages = train(cfg, list(hc.overrides.task), out, group, name)
+    try:  # the overrides as typed: resolving them here would turn '${reward}' into a node
+        stages = train(cfg, OmegaConf.to_container(hc.overrides.task), out, group, name)
+    except Exception as e:  # the project's own errors: one line each (the traceback: HYDRA_FULL_ERROR=1)
+        if user_error(e) is None or full_traceback():
+            raise
+        exit_with(e)
     finally:
         _finish_wandb()
     last = list(stages.values())[-1]
@@ -97,4 +103,5 @@ def _finish_wandb() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
     main()

@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from models.hf_checks import ModelFolderError, check_folder, check_vocab, load_tokenizer
 from models.lora import apply_lora
 
 
@@ -40,16 +41,13 @@ def load_hf(
     batched generation. `dtype`, `activation_checkpointing`, `lora`: see `finish_model`.
     """
     path = Path(name_or_path)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"model.name_or_path={name_or_path!r}: no such local directory (nothing is downloaded)"
-        )
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    config = check_folder(path)  # names the folder and what is missing, truncated or mismatched
+    tokenizer = load_tokenizer(path)
+    check_vocab(path, tokenizer, config.get("vocab_size"))
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype={dtype!r}: choose one of {sorted(DTYPES)}")
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=DTYPES[dtype], local_files_only=True, trust_remote_code=trust_remote_code
-    )
+    model = _load_weights(path, DTYPES[dtype], trust_remote_code)
+    check_vocab(path, tokenizer, model.get_input_embeddings().num_embeddings)
     if tokenizer.pad_token is None:
         tokenizer.add_special_tokens({"pad_token": "<pad>"})
         model.resize_token_embeddings(len(tokenizer))
@@ -57,3 +55,15 @@ def load_hf(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     tokenizer.padding_side = "left"
     return finish_model(model, dtype, activation_checkpointing, lora), tokenizer
+
+
+def _load_weights(path: Path, dtype: torch.dtype, trust_remote_code: bool) -> PreTrainedModel:
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True,
+                                                    trust_remote_code=trust_remote_code)
+    except (MemoryError, torch.OutOfMemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a broken folder fails in many ways; name it and why
+        lines = str(e).strip().splitlines()
+        raise ModelFolderError(f"{path}: the weights do not load ({type(e).__name__}: "
+                               f"{lines[0] if lines else 'no message'})") from e

@@ -43,6 +43,16 @@ def extract_program(completion: str, prompt: str, entry_point: str) -> str:
     return code
 
 
+def untested_example(examples: list[Example]) -> tuple[int, Example] | None:
+    """(index, example) of the first example without unit tests (an `entry_point` and `tests` in its
+    meta), which this reward could only abstain on; None when every example has them. Checked when the
+    run is planned, so a task without tests is refused before any model is built."""
+    for i, ex in enumerate(examples):
+        if not ex.meta.get("tests") or not ex.meta.get("entry_point"):
+            return i, ex
+    return None
+
+
 class CodeExecReward(RewardSource):
     version = "2"
 

@@ -20,6 +20,9 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from data_modules.tasks.jsonl import DataFileError
+from trainers.data_checks import check_stage_data
+from trainers.overrides import has_key, takes, unmatched_problem
 from trainers.validation import ConfigError, validate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -46,11 +49,17 @@ def _split(user_overrides: list[str]) -> tuple[list[str], list]:
 
 
 def _applies(cfg: DictConfig, ov) -> bool:
-    if ov.is_add() or ov.is_delete():
-        return True
-    parent, _, leaf = ov.key_or_group.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    return isinstance(node, DictConfig) and leaf in node.keys()  # keys() includes '???' values
+    """Whether key override `ov` goes to the stage whose config is `cfg` (see trainers/overrides.py)."""
+    key = ov.key_or_group
+    if ov.is_add():  # '+key': a new key, for the stages whose code takes it (or whose node has no target)
+        return not has_key(cfg, key) and takes(cfg, key) is not False
+    if ov.is_force_add():  # '++key': set where it exists, added where the code takes it
+        return has_key(cfg, key) or takes(cfg, key) is True
+    return has_key(cfg, key)
+
+
+def _adds(ov) -> bool:
+    return ov.is_add() or ov.is_force_add()
 
 
 def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "train") -> list[Stage]:
@@ -65,21 +74,28 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     for spec in specs:
         base = list(spec["overrides"]) + groups + (["experiment=single"] if single else [])
         probe = compose(config_name, overrides=base)
-        mine = [text for text, ov in keys if _applies(probe, ov)]
+        mine = [text for text, ov in keys if not _adds(ov) and _applies(probe, ov)]
+        if mine and any(_adds(ov) for _, ov in keys):  # decide added keys with the set ones in place
+            probe = compose(config_name, overrides=base + mine)
+        mine = [text for text, ov in keys if text in mine or (_adds(ov) and _applies(probe, ov))]
         used.update(mine)
         scfg = compose(config_name, overrides=base + mine) if mine else probe
         name = spec["name"] or scfg.algorithm.name
         validate(scfg, name)
         stages.append(Stage(name, scfg))
-    unused = [text for text, _ in keys if text not in used]
+    unused = [unmatched_problem(text, ov, [(s.name, s.cfg) for s in stages]) for text, ov in keys if text not in used]
     if unused:
-        raise ConfigError(f"override(s) {unused} match no key in any stage's config "
-                          f"(stages: {[s.name for s in stages]}); check the spelling")
+        raise ConfigError("; ".join(unused), problems=unused)
     for stage in stages:  # cheap, and catches missing/malformed task files before any model
         try:
             stage.task = instantiate(stage.cfg.task)
         except InstantiationException as e:  # show the file:line message, not Hydra's wrapper
-            raise ConfigError(f"task ({stage.cfg.task._target_}): {e.__cause__ or e}") from e.__cause__
+            cause = e.__cause__ or e
+            named = isinstance(cause, DataFileError)  # already names the file and line
+            raise ConfigError(str(cause) if named else f"task ({stage.cfg.task._target_}): {cause}") from e.__cause__
+    tokenizers: dict = {}  # the data against each stage's model context and reward (no weights loaded)
+    for stage in stages:
+        check_stage_data(stage.name, stage.cfg, stage.task, tokenizers)
     return stages
 
 

@@ -1,4 +1,5 @@
-"""Checks on a composed config before anything heavy is built. Every message names the key at fault."""
+"""Checks on a composed config before anything heavy is built. Every message names the key at fault.
+Single values and the hardware: trainers/value_checks.py; the data against the model: trainers/data_checks.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,9 +7,16 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
+from models.hf_checks import ModelFolderError, check_folder
+from trainers.value_checks import check_hardware, check_values, is_int
+
 
 class ConfigError(ValueError):
-    pass
+    """A bad config; `problems` lists each one (a line each on the console), `where` says which stage."""
+
+    def __init__(self, message: str, problems: list[str] | None = None, where: str | None = None):
+        super().__init__(message)
+        self.problems, self.where = list(problems or []), where
 
 
 def _get(cfg: DictConfig, key: str, errors: list[str]):
@@ -26,14 +34,16 @@ def _raw(cfg: DictConfig, key: str):
 
 def _check_numbers(cfg: DictConfig, errors: list[str]) -> None:
     for key in ("algorithm.group_size", "algorithm.epochs_per_round", "data.batch_size",
-                "data.prompts_per_round", "trainer.max_steps", "generator.max_new_tokens",
-                "generator.temperature"):
+                "data.prompts_per_round", "trainer.max_steps", "generator.max_new_tokens"):
         value = _get(cfg, key, errors)
-        if value is not None and (not isinstance(value, (int, float)) or value <= 0):
-            errors.append(f"{key}={value!r} must be a positive number")
+        if value is not None and not (is_int(value) and value > 0):
+            errors.append(f"{key}={value!r} must be a positive integer")
+    temperature = _get(cfg, "generator.temperature", errors)
+    if temperature is not None and (not isinstance(temperature, (int, float)) or temperature <= 0):
+        errors.append(f"generator.temperature={temperature!r} must be a positive number")
     beta = _get(cfg, "algorithm.beta", errors)
-    if beta is not None and beta < 0:
-        errors.append(f"algorithm.beta={beta} must be ≥ 0")
+    if beta is not None and (not isinstance(beta, (int, float)) or beta < 0):
+        errors.append(f"algorithm.beta={beta!r} must be a number ≥ 0")
 
 
 def _check_rounds(cfg: DictConfig, errors: list[str]) -> None:
@@ -117,9 +127,31 @@ def _check_generator(cfg: DictConfig, errors: list[str]) -> None:
 
 
 def _check_files(cfg: DictConfig, errors: list[str]) -> None:
-    path = _raw(cfg, "model.name_or_path")
-    if isinstance(path, str) and path != "???" and not Path(path).is_dir():
-        errors.append(f"model.name_or_path={path!r}: no such local directory (nothing is downloaded)")
+    """Every local model folder (the policy's, a judge's): present, complete, not truncated."""
+    seen = set()
+    for key, path in model_folders(cfg):
+        if path in seen:  # an interpolated node (reward.model: ${model}) is the same folder
+            continue
+        seen.add(path)
+        try:
+            check_folder(path, key)
+        except ModelFolderError as e:
+            errors.append(str(e))
+
+
+def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[str, str]]:
+    """(key, path) of each node built by models.hf.load_hf, read without resolving the rest."""
+    node = cfg if node is None else node
+    found = []
+    if _raw(node, "_target_") == "models.hf.load_hf":
+        path = _raw(node, "name_or_path")
+        if isinstance(path, str) and path != "???":
+            found.append((f"{prefix}name_or_path", path))
+    for k in node.keys():
+        child = OmegaConf.select(node, str(k), default=None, throw_on_resolution_failure=False)
+        if isinstance(child, DictConfig) and k != "hydra":
+            found += model_folders(cfg, child, f"{prefix}{k}.")
+    return found
 
 
 def validate(cfg: DictConfig, stage: str) -> None:
@@ -131,5 +163,8 @@ def validate(cfg: DictConfig, stage: str) -> None:
     _check_files(cfg, errors)
     _check_memory_keys(cfg, errors)
     _check_generator(cfg, errors)
+    check_values(cfg, errors)
+    check_hardware(cfg, errors)
     if errors:
-        raise ConfigError(f"invalid config for stage {stage!r}:\n  - " + "\n  - ".join(errors))
+        raise ConfigError(f"invalid config for stage {stage!r}:\n  - " + "\n  - ".join(errors),
+                          problems=errors, where=f"stage {stage}")

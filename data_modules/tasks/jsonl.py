@@ -1,8 +1,10 @@
 """User prompts with reference answers from JSON-lines files: one {"prompt": ..., "answer": ...} a line."""
 from __future__ import annotations
 
+import codecs
 import json
 from pathlib import Path
+from typing import Iterator
 
 from data_modules.tasks.base import Example, Task
 
@@ -14,18 +16,34 @@ class DataFileError(ValueError):
 def read_jsonl_objects(path: Path, error: type[Exception] = DataFileError) -> list[tuple[int, dict]]:
     """(line number, object) for every non-blank line; a bad line raises `error` naming path:line."""
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise error(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise error(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append((lineno, row))
+    for lineno, line in utf8_lines(path, error):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise error(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise error(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        rows.append((lineno, row))
     return rows
+
+
+def utf8_lines(path: Path, error: type[Exception] = DataFileError) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 file (a UTF-8 byte-order mark is dropped); UTF-16/32 text or a
+    line that is not UTF-8 raises `error` naming path (and line, column and byte)."""
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in raw:
+                    raise error(f"{path}: UTF-16 (or UTF-32) text, not UTF-8: save it as UTF-8 "
+                                f"(e.g. iconv -f UTF-16 -t UTF-8)")
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise error(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}): "
+                            f"save the file as UTF-8") from None
 
 
 def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:

@@ -1,0 +1,88 @@
+"""Checks of single values and of the hardware, before anything is built: counts must be integers (a
+`trainer.max_steps=2.5` would otherwise run 3 steps), limits must be positive (`data.max_examples=-5`
+would train on all but 5), `seed` an integer, rates and timeouts positive, and hardware=gpu needs a GPU.
+Every message names the key and what it must be."""
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+POSITIVE_INTS = ("generator.batch_size", "checkpoint_every_n_rounds", "algorithm.max_nonfinite",
+                 "reward.workers")
+OPTIONAL_POSITIVE_INTS = {"data.max_examples": "null for all", "callbacks.evaluate.num_examples": "null for all"}
+NON_NEGATIVE_INTS = ("callbacks.evaluate.every_n_steps", "task.num_heldout",
+                     "algorithm.scheduler.num_warmup_steps")
+POSITIVE_NUMBERS = ("algorithm.optimizer.lr", "reward.timeout_s", "reward.per_test_seconds",
+                    "reward.per_sample_timeout_s")
+NON_NEGATIVE_NUMBERS = ("algorithm.optimizer.weight_decay",)
+SEED_LIMIT = 2**32  # numpy's seeds, which Lightning's seed_everything sets too
+
+
+def _raw(cfg: DictConfig, key: str):
+    return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_values(cfg: DictConfig, errors: list[str]) -> None:
+    """Integers, limits, seed, rates and timeouts: one message per bad key."""
+    for key in POSITIVE_INTS:
+        value = _raw(cfg, key)
+        if value is not None and not (is_int(value) and value > 0):
+            errors.append(f"{key}={value!r} must be a positive integer")
+    for key, none_means in OPTIONAL_POSITIVE_INTS.items():
+        value = _raw(cfg, key)
+        if value is not None and not (is_int(value) and value > 0):
+            errors.append(f"{key}={value!r} must be a positive integer, or {none_means}")
+    for key in NON_NEGATIVE_INTS:
+        value = _raw(cfg, key)
+        if value is not None and not (is_int(value) and value >= 0):
+            errors.append(f"{key}={value!r} must be an integer ≥ 0")
+    for key in POSITIVE_NUMBERS:
+        value = _raw(cfg, key)
+        if value is not None and not (is_number(value) and value > 0):
+            errors.append(f"{key}={value!r} must be a positive number")
+    for key in NON_NEGATIVE_NUMBERS:
+        value = _raw(cfg, key)
+        if value is not None and not (is_number(value) and value >= 0):
+            errors.append(f"{key}={value!r} must be a number ≥ 0")
+    _check_seed_and_epochs(cfg, errors)
+    _check_sandbox_budget(cfg, errors)
+
+
+def _check_seed_and_epochs(cfg: DictConfig, errors: list[str]) -> None:
+    seed = _raw(cfg, "seed")
+    if not (is_int(seed) and 0 <= seed < SEED_LIMIT):
+        errors.append(f"seed={seed!r} must be an integer in [0, 2**32)")
+    epochs = _raw(cfg, "trainer.max_epochs")
+    if epochs is not None and not (is_int(epochs) and (epochs > 0 or epochs == -1)):
+        errors.append(f"trainer.max_epochs={epochs!r} must be a positive integer, or -1 for no limit (then "
+                      f"trainer.max_steps ends the stage)")
+
+
+def _check_sandbox_budget(cfg: DictConfig, errors: list[str]) -> None:
+    """reward=code_exec: a batch's time limit must fit one sandbox run (checked again when it is built)."""
+    if _raw(cfg, "reward._target_") != "rewards.code_exec.CodeExecReward":
+        return
+    timeout, wall = _raw(cfg, "reward.timeout_s"), _raw(cfg, "reward.sandbox.wall_seconds")
+    if is_number(timeout) and timeout > 0 and is_number(wall) and timeout < wall + 2:
+        errors.append(f"reward.timeout_s={timeout} must exceed reward.sandbox.wall_seconds + 2 = {wall + 2}: a "
+                      f"batch must fit at least one run")
+
+
+def check_hardware(cfg: DictConfig, errors: list[str]) -> None:
+    """hardware=gpu needs a CUDA GPU visible to torch, and as many as trainer.devices asks for."""
+    accelerator, devices = _raw(cfg, "trainer.accelerator"), _raw(cfg, "trainer.devices")
+    if accelerator not in ("gpu", "cuda"):
+        return
+    import torch
+    if not torch.cuda.is_available():
+        errors.append(f"hardware=gpu (trainer.accelerator={accelerator}): torch sees no CUDA GPU here: use "
+                      f"hardware=cpu, or check the driver and CUDA_VISIBLE_DEVICES")
+    elif is_int(devices) and devices > torch.cuda.device_count():
+        errors.append(f"trainer.devices={devices}: only {torch.cuda.device_count()} CUDA GPU(s) visible here")
