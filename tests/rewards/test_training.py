@@ -87,7 +87,8 @@ def test_training_goes_on_through_every_attack(hydra_conf, tmp_path):
     code_exec["sandbox"] |= {"cpu_seconds": 1, "wall_seconds": 3}
     code_exec["timeout_s"] = 120
     reward = {"_target_": "tests.rewards.test_training.Hostile", "inner": code_exec}
-    overrides = ["algorithm=grpo", "task=code", "trainer.max_steps=1", "callbacks.evaluate.num_examples=1"]
+    overrides = ["algorithm=grpo", "task=code", "trainer.max_steps=1", "callbacks.evaluate.num_examples=1",
+                 "model.max_position_embeddings=512"]  # prompt + 256 new tokens must fit the context
     [m] = run(hydra_conf, tmp_path, overrides + SMALL + TINY, reward).values()
     assert m["train/steps"] == 1 and m["sandbox/runs"] == 16  # 16 samples cycling through the 10 attacks
     assert m["rollout/reward_curve/hostile"] == [0.0]  # every attack failed
