@@ -18,20 +18,22 @@ from models.memory import return_large_blocks_to_os  # noqa: E402
 
 return_large_blocks_to_os()  # before any large tensor: freed logit chunks go back to the OS
 
-import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import hydra  # noqa: E402
+from hydra import compose  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from callbacks.summary import RunSummary  # noqa: E402
 from models.lora import save_policy  # noqa: E402
+from trainers.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E402
 from trainers.command_line import exit_on_bad_command_line  # noqa: E402
 from trainers.errors import exit_with, full_traceback, user_error  # noqa: E402
 from trainers.pipeline import (checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
                                run_stage, set_run_fields)
+from trainers.run_record import plan_run, write_record  # noqa: E402
 from trainers.validation import ConfigError  # noqa: E402
 
 
@@ -44,23 +46,21 @@ def run_names(hc) -> tuple[Path, str, str]:
 
 
 def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
-    stages = plan_stages(cfg, user_overrides)  # composes + validates all stages, builds no model
-    finished = _finished(out, cfg.resume)
+    """Plan and validate every stage, check the folder, record the run, then run its stages in order."""
+    plan, cfg, stages = _plan(cfg, user_overrides, out)
     for s in stages:
-        set_run_fields(s.cfg, out, s.name, group, name)
-    OmegaConf.save({s.name: OmegaConf.to_container(s.cfg, resolve=True) for s in stages}, out / "config.yaml")
+        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id,
+                       log_version=_log_version(out, s.name, plan.resume))
+    write_record(out, plan, cfg, _hydra_config(), user_overrides)  # nothing was written before this
+    _save_stage_configs(out, stages, plan)
     summary, policy, tokenizer = RunSummary(out / "summary.json"), None, None
     for s in stages:
-        if s.name in finished:  # resume: this stage is done; take the policy it ended with
+        if s.name in plan.finished:  # resume: this stage is done; take the policy it ended with
             print(f"\n=== stage {s.name}: finished in the resumed run; loading its final weights")
             policy, tokenizer = load_finished_policy(s)
-            summary.add(s.name, finished[s.name])
+            summary.add(s.name, plan.finished[s.name])
             continue
-        last = checkpoint_dir(s) / "last.ckpt"
-        ckpt = last if cfg.resume and last.is_file() else None
-        print(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}"
-              + (f" (resuming from {ckpt})" if ckpt else ""))
-        policy, tokenizer, metrics = run_stage(s, policy, tokenizer, ckpt)
+        policy, tokenizer, metrics = _run_stage(s, policy, tokenizer, plan.resume, out)
         summary.add(s.name, metrics)
     merged = bool(OmegaConf.select(stages[-1].cfg, "model.lora.save_merged", default=False))
     saved = save_policy(policy, tokenizer, out / "policy", save_merged=merged)
@@ -69,15 +69,50 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
     return summary.stages
 
 
-def _finished(out: Path, resume: bool) -> dict:
-    """Stages already finished in `out` (resume=true), or {} for a new run (refusing a used dir)."""
-    path = out / "summary.json"
-    if not path.exists():
-        return {}
-    if not resume:
-        raise ConfigError(f"{out} already holds a run (summary.json); choose another hydra.run.dir, or "
-                          f"resume=true hydra.run.dir={out} to continue it")
-    return json.loads(path.read_text())
+def _plan(cfg: DictConfig, user_overrides: list[str], out: Path):
+    """(run plan, base config, validated stages); raises before anything is written. A new run: a bad
+    config is reported first, then a folder that already holds a run. A resume: the run's own settings
+    (its record), not today's defaults, with any command-line change refused unless allowed."""
+    if not cfg.resume:
+        stages = plan_stages(cfg, user_overrides)  # composes + validates all stages, builds no model
+        return plan_run(out, user_overrides, resume=False, allow_changes=False), cfg, stages
+    plan = plan_run(out, user_overrides, resume=True, allow_changes=bool(cfg.get("resume_allow_changes")))
+    cfg = compose("train", overrides=plan.overrides)
+    print(f"resuming {out} (resume {plan.resume}) with its recorded overrides: {plan.overrides}")
+    return plan, cfg, plan_stages(cfg, plan.overrides)
+
+
+def _run_stage(s, policy, tokenizer, resume: int, out: Path):
+    """One stage, from its last checkpoint when resuming; a signal ends the process (128 + signum)
+    after the stage's checkpoint is written."""
+    ckpt = resume_checkpoint(checkpoint_dir(s)) if resume else None
+    print(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}"
+          + (f" (resuming from {ckpt})" if ckpt else " (no checkpoint yet: from its start)" if resume else ""))
+    try:
+        return run_stage(s, policy, tokenizer, ckpt)
+    except RunInterrupted as e:
+        print(f"\n[checkpoint] stage {s.name}: {e}; continue with: python train.py resume=true "
+              f"hydra.run.dir={out}", flush=True)
+        raise SystemExit(128 + e.signum) from None
+
+
+def _log_version(out: Path, stage: str, resume: int) -> str:
+    """csv/<stage>, unless it holds an earlier attempt's metrics: then csv/<stage>-resume-N."""
+    return f"{stage}-resume-{resume}" if resume and (out / "csv" / stage).exists() else stage
+
+
+def _save_stage_configs(out: Path, stages, plan) -> None:
+    """config.yaml: every stage's resolved config as the run started; a resume that changed settings
+    writes config.resume-N.yaml beside it."""
+    if plan.resume and not plan.changes:
+        return
+    path = out / (f"config.resume-{plan.resume}.yaml" if plan.resume else "config.yaml")
+    OmegaConf.save({s.name: OmegaConf.to_container(s.cfg, resolve=True) for s in stages}, path)
+
+
+def _hydra_config() -> DictConfig | None:
+    """The Hydra job's config (for .hydra/hydra.yaml), or None outside a Hydra job."""
+    return HydraConfig.instance().cfg if HydraConfig.initialized() else None
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

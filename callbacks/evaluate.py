@@ -1,9 +1,13 @@
 """Held-out evaluation: greedy decoding on the task's held-out examples, scored by the exact verifier.
 
 Runs at fit start (the "before" number), every `every_n_steps` optimizer steps, and at train end (the
-"after" number). Every rank evaluates the same examples; only rank 0 logs and prints.
+"after" number). Every rank evaluates the same examples; only rank 0 logs and prints. The before number
+and the curve are checkpointed: a resumed stage reports the accuracy it started from, not the one at
+the resume point.
 """
 from __future__ import annotations
+
+import copy
 
 import lightning as L
 from torchmetrics import MeanMetric
@@ -55,7 +59,11 @@ class HeldOutEvaluation(L.Callback):
         return result
 
     def on_fit_start(self, trainer, pl_module):
-        self.before = self._run(trainer, pl_module)
+        if self.before is None:
+            self.before = self._run(trainer, pl_module)
+        else:  # resumed: the stage's start value comes from the checkpoint, never from the resumed weights
+            say(trainer, f"[eval] held-out greedy accuracy before the stage (from the checkpoint): "
+                         f"{self.before['val/accuracy']:.3f}")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
@@ -65,6 +73,16 @@ class HeldOutEvaluation(L.Callback):
 
     def on_train_end(self, trainer, pl_module):
         self.after = self._run(trainer, pl_module)
+
+    STATE = ("before", "history", "curve")  # checkpointed: a resumed stage keeps its real start value
+
+    def state_dict(self) -> dict:
+        return copy.deepcopy({k: getattr(self, k) for k in self.STATE})
+
+    def load_state_dict(self, state: dict) -> None:
+        for k in self.STATE:
+            setattr(self, k, copy.deepcopy(state.get(k, getattr(self, k))))
+        self.history = [tuple(h) for h in self.history]
 
     def summary(self) -> dict:
         out = {}

@@ -1,7 +1,11 @@
 """Log from any hook (Lightning forbids self.log in on_fit_start/on_train_end): straight to the loggers."""
 from __future__ import annotations
 
+import sys
+
 import lightning as L
+from lightning.pytorch.callbacks import TQDMProgressBar
+from tqdm import tqdm
 
 
 def log_now(trainer: L.Trainer, metrics: dict[str, float]) -> None:
@@ -17,11 +21,16 @@ def find_callback(trainer: L.Trainer, name: str):
 
 
 def say(trainer: L.Trainer, message: str) -> None:
-    """Print a line on rank 0 without breaking the progress bar."""
+    """Print a line on rank 0 without breaking the progress bar. TQDMProgressBar.print drops the line
+    while no bar is open (at fit start, before the first epoch): tqdm.write prints it above open bars,
+    or as a plain line when there are none."""
     if not trainer.is_global_zero:
         return
     bar = trainer.progress_bar_callback
-    if bar is not None and getattr(bar, "is_enabled", False) and hasattr(bar, "print"):
+    if isinstance(bar, TQDMProgressBar) and bar.is_enabled:
+        tqdm.write(message, file=sys.stdout)
+        sys.stdout.flush()
+    elif bar is not None and getattr(bar, "is_enabled", False) and hasattr(bar, "print"):
         bar.print(message)
     else:
         print(message, flush=True)

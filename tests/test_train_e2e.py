@@ -105,9 +105,10 @@ def test_train_refuses_a_dir_holding_a_finished_run(hydra_conf, tmp_path):
 
 def test_a_killed_run_resumes_where_it_stopped(tmp_path):
     """Run SFT → GRPO for 4 steps each with a checkpoint every round; then make it look killed during
-    GRPO (no grpo entry in summary.json, no final.ckpt). `resume=true` skips SFT (its summary kept, its
-    final weights loaded) and continues GRPO from last.ckpt: step 4 → 6, rounds 5 and 6 made, the
-    cost totals carried over from the checkpointed callback state."""
+    GRPO (no grpo entry in summary.json, no final.ckpt). `resume=true` takes the run's recorded
+    overrides, skips SFT (its summary kept, its final weights loaded) and continues GRPO from last.ckpt;
+    with `resume_allow_changes=true`, trainer.max_steps=6 takes it from step 4 → 6 (rounds 5 and 6
+    made, the cost totals carried over from the checkpointed callback state)."""
     out = tmp_path / "run"
     first = train(*SMALL, "checkpoint_every_n_rounds=1", f"hydra.run.dir={out}", "logger=none")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -116,13 +117,16 @@ def test_a_killed_run_resumes_where_it_stopped(tmp_path):
     (out / "summary.json").write_text(json.dumps(summary))
     (out / "checkpoints" / "grpo" / "final.ckpt").unlink()
     assert (out / "checkpoints" / "grpo" / "last.ckpt").is_file()
-    again = train(*SMALL, "checkpoint_every_n_rounds=1", f"hydra.run.dir={out}", "logger=none", "resume=true",
-                  "trainer.max_steps=6")
+    overrides = (out / ".hydra" / "overrides.yaml").read_bytes()
+    again = train(f"hydra.run.dir={out}", "resume=true", "trainer.max_steps=6", "resume_allow_changes=true")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "stage sft: finished in the resumed run" in again.stdout and "resuming from" in again.stdout
     resumed = json.loads((out / "summary.json").read_text())
     assert resumed["sft"] == summary["sft"]
     assert resumed["grpo"]["train/steps"] == 6 and resumed["grpo"]["rollout/rounds"] == 6
     assert resumed["grpo"]["cost/generated_tokens"] > grpo_before["cost/generated_tokens"]
-    refused = train(*SMALL, f"hydra.run.dir={out}", "logger=none")
-    assert refused.returncode != 0 and "resume=true" in refused.stderr
+    # the change is recorded beside the run's command line, not over it
+    assert (out / ".hydra" / "overrides.yaml").read_bytes() == overrides
+    [change] = json.loads((out / "run.json").read_text())["resumes"][0]["changes"]
+    assert change == {"key": "trainer.max_steps", "was": "trainer.max_steps=4", "now": "trainer.max_steps=6"}
+    assert "max_steps: 6" in (out / "config.resume-1.yaml").read_text()

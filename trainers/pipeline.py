@@ -21,6 +21,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from data_modules.tasks.jsonl import DataFileError
+from trainers.checkpointing import AtomicCheckpointIO, ResumeState
 from trainers.data_checks import check_stage_data
 from trainers.overrides import has_key, takes, unmatched_problem
 from trainers.validation import ConfigError, validate
@@ -99,9 +100,12 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     return stages
 
 
-def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, name: str) -> None:
+def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, name: str,
+                   wandb_id: str | None = None, log_version: str | None = None) -> None:
+    """cfg.run: where the stage writes, its W&B group/name/id (None: W&B picks one) and its CSV version."""
     with open_dict(cfg):
-        cfg.run = {"output_dir": str(output_dir), "stage": stage, "group": group, "name": name}
+        cfg.run = {"output_dir": str(output_dir), "stage": stage, "group": group, "name": name,
+                   "wandb_id": wandb_id, "log_version": log_version or stage}
 
 
 def build(node: DictConfig, **runtime):
@@ -137,8 +141,9 @@ def load_finished_policy(stage: Stage):
 
 def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None):
     """Build everything for one stage and fit it (from `ckpt_path` when resuming: weights, optimizer,
-    scheduler, data position, buffer, callback state); returns (policy, tokenizer, summary metrics).
-    The final state goes to checkpoints/<stage>/final.ckpt, so a resumed run can skip this stage."""
+    scheduler, data position, buffer, callback state, RNG states); returns (policy, tokenizer, summary
+    metrics). The final state goes to checkpoints/<stage>/final.ckpt, so a resumed run can skip this
+    stage. SIGTERM/SIGINT during training write checkpoints/<stage>/last.ckpt and raise RunInterrupted."""
     cfg, start = stage.cfg, time.perf_counter()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if policy is None:
@@ -148,8 +153,9 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     datamodule = build(cfg.data, task=stage.task, tokenizer=tokenizer)
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
     callbacks = build_callbacks(cfg, generator, reward, stage.task)
+    callbacks.append(ResumeState(checkpoint_dir(stage) / "last.ckpt"))
     trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_loggers(cfg) or False,
-                        default_root_dir=cfg.run.output_dir)
+                        default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if trainer.checkpoint_callback is not None:
         trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt")

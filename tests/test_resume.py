@@ -1,0 +1,86 @@
+"""Run folders and resume through `python train.py`, as a user runs it (subprocesses, ~10 s each): a
+refused run changes nothing in the folder it was refused from; SIGTERM writes a checkpoint, and
+`resume=true hydra.run.dir=DIR` alone finishes the run with its own settings, keeping the CSV metrics
+of the stopped attempt."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from tests.test_train_e2e import ROOT, SMALL, train
+
+
+def digests(out: Path) -> dict[str, str]:
+    """sha256 of every file under `out` (symlinks by their target name), hidden ones included."""
+    return {str(p.relative_to(out)): (f"-> {os.readlink(p)}" if p.is_symlink() else
+                                      hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(out.rglob("*")) if p.is_file() or p.is_symlink()}
+
+
+def test_a_refused_run_leaves_every_file_of_the_first_byte_identical(tmp_path):
+    out = tmp_path / "run"
+    first = train(*SMALL, "logger=csv", f"hydra.run.dir={out}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = digests(out)
+    assert ".hydra/config.yaml" in before and ".hydra/overrides.yaml" in before and "run.json" in before
+    second = train(*SMALL, "logger=csv", "seed=7", "trainer.max_steps=5", f"hydra.run.dir={out}")
+    assert second.returncode != 0
+    err = second.stdout + second.stderr
+    assert f"{out} already holds a run (summary.json)" in err and f"resume=true hydra.run.dir={out}" in err, err[-2000:]
+    assert digests(out) == before  # .hydra/ included: Hydra no longer rewrites it before train.py runs
+
+
+def start_train(*args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR", "LOCAL_RANK", "RANK",
+                                                              "WORLD_SIZE", "WANDB_API_KEY")}
+    env |= {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended before {path} appeared:\n{proc.stdout.read()[-3000:]}"
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
+        time.sleep(0.02)
+
+
+def test_sigterm_checkpoints_and_resume_alone_finishes_the_run(tmp_path):
+    """One GRPO stage of 30 steps (1 a round); SIGTERM once the first round-end checkpoint exists. The
+    run writes last.ckpt at the step it stopped and exits 143; `resume=true hydra.run.dir=DIR` alone then
+    continues with the recorded settings (30 steps, csv logger) and leaves the stopped attempt's
+    metrics.csv as it was, logging the rest to csv/grpo-resume-1/."""
+    out = tmp_path / "run"
+    args = [*SMALL, "algorithm=grpo", "trainer.max_steps=30", "logger=csv", "checkpoint_every_n_rounds=1",
+            f"hydra.run.dir={out}"]
+    proc = start_train(*args)
+    wait_for(out / "checkpoints" / "grpo" / "epoch=0-step=1.ckpt", proc)
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "stopped by SIGTERM at step" in output and f"resume=true hydra.run.dir={out}" in output, output[-3000:]
+    last = out / "checkpoints" / "grpo" / "last.ckpt"
+    step = torch.load(last, weights_only=False, map_location="cpu")["global_step"]
+    assert f"stopped by SIGTERM at step {step}; checkpoint written to {last}" in output
+    assert 1 <= step < 30 and not (out / "summary.json").exists()
+    metrics = (out / "csv" / "grpo" / "metrics.csv").read_bytes()
+
+    resumed = train("resume=true", f"hydra.run.dir={out}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "(resuming from" in resumed.stdout and "before the stage (from the checkpoint)" in resumed.stdout
+    summary = json.loads((out / "summary.json").read_text())["grpo"]
+    assert summary["train/steps"] == 30 and summary["rollout/rounds"] == 30  # the run's own max_steps
+    assert (out / "csv" / "grpo" / "metrics.csv").read_bytes() == metrics
+    assert (out / "csv" / "grpo-resume-1" / "metrics.csv").is_file()
+    record = json.loads((out / "run.json").read_text())
+    assert record["resumes"] == [{"started": record["resumes"][0]["started"],
+                                  "overrides": ["resume=true"], "changes": []}]

@@ -1,0 +1,95 @@
+"""A run killed with SIGKILL at a random point and resumed ends exactly where an uninterrupted run with
+the same seed ends: the same summary.json metrics (timings aside) and bit-identical final weights.
+GRPO with replay (buffer, replay sampling, off-policy correction) and DPO (cached reference log-probs),
+on CPU with the tiny model and a checkpoint every round. Slow: three `python train.py` per case.
+
+The kill point is drawn at random (the seed is printed; RESUME_KILL_SEED=<n> replays it): after the
+checkpoint of a random round, plus a random delay, so the kill may land mid-round, mid-generation or
+mid-save (a save is a temp file renamed into place: never a torn checkpoint)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.helpers import TINY_MODEL
+from tests.test_resume import start_train, wait_for
+from tests.test_train_e2e import train
+from trainers.checkpointing import resume_checkpoint
+
+COMMON = TINY_MODEL + ["task.num_heldout=20", "callbacks.evaluate.num_examples=20", "logger=none",
+                       "callbacks.progress.refresh_rate=0", "generator.max_new_tokens=6",
+                       "checkpoint_every_n_rounds=1", "seed=3"]
+CASES = {  # name: (overrides, rounds, steps a round)
+    "grpo_replay": (["algorithm=grpo", "data=replay_mix", "trainer.max_steps=30", "data.prompts_per_round=4",
+                     "data.batch_size=16", "reward=function",  # a reward that varies even for a random model
+                     "reward.fn._target_=tests.helpers.char_sum_scores"], 15, 2),
+    "dpo": (["algorithm=dpo", "trainer.max_steps=24", "++data.synthetic.num_pairs=64", "data.batch_size=16"], 6, 4),
+}
+# What a resumed DPO stage still reports differently, and why (the fix is outside this change):
+KNOWN = {"dpo": {
+    # PreferenceEvaluation measures its "before" at fit start and does not checkpoint it, so a resumed
+    # stage measures it again at the resume point (HeldOutEvaluation keeps its own: val/accuracy_before).
+    "val/pref_accuracy_before", "val/logp_accuracy_before",
+    # the preference records' provenance.times_used is not in StaticPreferencesDataModule.state_dict, so
+    # records served before the kill count as first used again after it
+    "cost/records_used", "cost/mean_reuse"}}
+
+
+def comparable(summary: dict) -> dict:
+    return {stage: {k: v for k, v in m.items() if "seconds" not in k and not k.startswith("perf/")}
+            for stage, m in summary.items()}
+
+
+def weights_digest(out: Path) -> str:
+    tensors = load_file(out / "policy" / "model.safetensors")
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode() + tensors[name].contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_killed_run_resumes_bit_identically(tmp_path, case):
+    overrides, rounds, steps = CASES[case]
+    seed = int(os.environ.get("RESUME_KILL_SEED", time.time_ns() % 10**6))
+    rng = random.Random(seed)
+    kill_round, delay = rng.randrange(1, rounds - 2), rng.uniform(0.0, 0.3)
+    args = [*COMMON, *overrides]
+    uninterrupted = tmp_path / "uninterrupted"
+    done = train(*args, f"hydra.run.dir={uninterrupted}")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    killed = tmp_path / "killed"
+    proc = start_train(*args, f"hydra.run.dir={killed}")
+    stage = "grpo" if case == "grpo_replay" else "dpo"
+    wait_for(killed / "checkpoints" / stage / f"epoch={kill_round - 1}-step={kill_round * steps}.ckpt", proc)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL and not (killed / "summary.json").exists()
+    ckpt = resume_checkpoint(killed / "checkpoints" / stage)
+    start = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+    resumed = train("resume=true", f"hydra.run.dir={killed}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"(resuming from {ckpt})" in resumed.stdout
+
+    a = comparable(json.loads((uninterrupted / "summary.json").read_text()))
+    b = comparable(json.loads((killed / "summary.json").read_text()))
+    differ = sorted(k for k in a[stage].keys() | b[stage].keys() if a[stage].get(k) != b[stage].get(k))
+    print(f"\n[{case}] kill seed {seed}: SIGKILL {delay:.2f} s after round {kill_round}'s checkpoint; "
+          f"resumed from {ckpt.name} at step {start} of {rounds * steps}"
+          f"\n[{case}] {len(a[stage])} metrics compared; differing: "
+          + (", ".join(f"{k}: {a[stage].get(k)} vs {b[stage].get(k)}" for k in differ) or "none")
+          + f"\n[{case}] weights sha256 {weights_digest(uninterrupted)[:16]} vs {weights_digest(killed)[:16]}")
+    assert set(differ) <= KNOWN.get(case, set()), differ
+    assert weights_digest(killed) == weights_digest(uninterrupted)
