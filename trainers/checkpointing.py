@@ -108,7 +108,8 @@ def _as_tuple(x):
 
 
 class ResumeState(L.Callback):
-    """RNG states in the checkpoint; the restart's extra dataloader build undone; a checkpoint on a signal."""
+    """RNG states and the last train/* values in the checkpoint; the restart's extra dataloader build
+    and step undone; a checkpoint on a signal."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -119,10 +120,25 @@ class ResumeState(L.Callback):
         self._previous: dict = {}
         self._stepped = False
         self._restarted_at_round_end = False
+        self._trainer = None
+        self._restored_metrics: dict[str, float] = {}
 
-    # ---- RNG and data state ----------------------------------------------------------------------
+    # ---- RNG, data state and the last train/* values ---------------------------------------------
+    def setup(self, trainer, pl_module, stage):
+        self._trainer = trainer
+
     def state_dict(self) -> dict:
-        return {"rng": rng_states()}
+        return {"rng": rng_states(), "train_metrics": self._train_metrics()}
+
+    def _train_metrics(self) -> dict[str, float]:
+        """The last value of every train/* metric so far: summary.json reports these, and a resumed
+        fit's callback_metrics hold only what it logged itself."""
+        metrics = self._trainer.callback_metrics if self._trainer is not None else {}
+        return {k: float(v) for k, v in metrics.items() if k.startswith("train/")}
+
+    def summary(self) -> dict[str, float]:
+        """The train/* values the checkpoint carried (run_stage lays the resumed fit's own over them)."""
+        return dict(self._restored_metrics)
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:  # before load_state_dict
         key = type(trainer.datamodule).__qualname__ if trainer.datamodule is not None else None
@@ -130,6 +146,7 @@ class ResumeState(L.Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self._restored = (self._restored or {}) | {"rng": state["rng"]}
+        self._restored_metrics = dict(state.get("train_metrics", {}))
 
     def on_train_start(self, trainer, pl_module):
         if self._restored is not None:  # after Lightning's restart-time dataloader build

@@ -161,7 +161,7 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
         trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt")
     metrics = {"train/steps": trainer.global_step, "wall_seconds": time.perf_counter() - start}
     for cb in callbacks:
-        if hasattr(cb, "summary"):
+        if hasattr(cb, "summary"):  # ResumeState's: the train/* values a resumed fit started with
             metrics |= cb.summary()
     metrics |= {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
     return policy, tokenizer, metrics

@@ -131,3 +131,16 @@ def test_a_signal_stops_after_the_step_and_a_second_one_at_once():
     finally:
         cb.teardown(trainer, None, "fit")
     assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_the_last_train_metrics_travel_in_the_checkpoint():
+    """summary.json's train/* values are the last logged value of each key; a resumed fit logs only
+    some keys again, so the checkpoint carries the others."""
+    cb = ResumeState("last.ckpt")
+    cb.setup(SimpleNamespace(callback_metrics={"train/loss": torch.tensor(0.5), "val/accuracy": 1.0,
+                                               "train/ess_frac/staleness_4_7": torch.tensor(0.25)}), None, "fit")
+    state = cb.state_dict()
+    assert state["train_metrics"] == {"train/loss": 0.5, "train/ess_frac/staleness_4_7": 0.25}
+    resumed = ResumeState("last.ckpt")
+    resumed.load_state_dict(state)
+    assert resumed.summary() == state["train_metrics"]
