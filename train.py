@@ -34,7 +34,6 @@ from trainers.errors import exit_with, full_traceback, user_error  # noqa: E402
 from trainers.pipeline import (checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
                                run_stage, set_run_fields)
 from trainers.run_record import plan_run, write_record  # noqa: E402
-from trainers.validation import ConfigError  # noqa: E402
 
 
 def run_names(hc) -> tuple[Path, str, str]:
