@@ -40,7 +40,14 @@ class PreferenceEvaluation(L.Callback):
     def on_fit_start(self, trainer, pl_module):
         stats = getattr(trainer.datamodule, "stats", None)
         self.data = stats.summary() if hasattr(stats, "summary") else {}
-        self.before = self._run(trainer, pl_module)
+        if self.before is None:  # resumed: the stage's start value comes from the checkpoint
+            self.before = self._run(trainer, pl_module)
+
+    def state_dict(self) -> dict:
+        return {"before": self.before}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.before = state.get("before")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step

@@ -54,7 +54,7 @@ class RegenerateExperience(L.Callback):
             self.regenerate(trainer, pl_module, getattr(pl_module, "round_end", lambda: None)() or "schedule")
 
     STATE = ("rounds", "epochs_ended", "last_end_step", "totals", "reward_means", "source_means",
-             "triggers", "replay_fracs", "abstained", "timeouts", "dropped_in_a_row")  # checkpointed
+             "triggers", "replay_fracs", "abstained", "timeouts", "dropped_in_a_row", "last_round")  # checkpointed
 
     def state_dict(self) -> dict:
         return copy.deepcopy({k: getattr(self, k) for k in self.STATE})

@@ -80,7 +80,8 @@ class StaticPreferencesDataModule(PreferenceDataModule):
     def state_dict(self) -> dict:
         """Also the cached reference log-probs: on resume they must stay those of the stage's initial
         policy, not be recomputed from the resumed weights."""
-        return super().state_dict() | {"ref_logps": [r.ref_logps for r in self.records + self.heldout_pairs]}
+        return super().state_dict() | {"ref_logps": [r.ref_logps for r in self.records + self.heldout_pairs],
+                                       "times_used": [r.provenance.times_used for r in self.records]}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
@@ -89,6 +90,10 @@ class StaticPreferencesDataModule(PreferenceDataModule):
             for r, (first, second) in zip(self.records + self.heldout_pairs, cached):
                 if first is not None and second is not None:
                     r.set_ref_logps(first, second)
+        used = state.get("times_used", [])
+        if len(used) == len(self.records):  # the reuse counts of the cost ledger
+            for r, n in zip(self.records, used):
+                r.provenance.times_used = n
 
     def _report(self, limit: int) -> None:
         s = self.stats

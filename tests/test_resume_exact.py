@@ -34,18 +34,7 @@ CASES = {  # name: (overrides, rounds, steps a round)
                      "reward.fn._target_=tests.helpers.char_sum_scores"], 15, 2),
     "dpo": (["algorithm=dpo", "trainer.max_steps=24", "++data.synthetic.num_pairs=64", "data.batch_size=16"], 6, 4),
 }
-# callbacks/guards.py reads RegenerateExperience.last_round at each round's start, and last_round is
-# not in RegenerateExperience.STATE: the first round after a resume is not checked, so a `warnings`
-# entry due then is missing (when the kill falls where one would fire)
-GUARDS = {"warnings"}
-# What a resumed stage still reports differently, and why (the fixes are outside this change):
-KNOWN = {"grpo_replay": GUARDS, "dpo": GUARDS | {
-    # PreferenceEvaluation measures its "before" at fit start and does not checkpoint it, so a resumed
-    # stage measures it again at the resume point (HeldOutEvaluation keeps its own: val/accuracy_before).
-    "val/pref_accuracy_before", "val/logp_accuracy_before",
-    # the preference records' provenance.times_used is not in StaticPreferencesDataModule.state_dict, so
-    # records served before the kill count as first used again after it
-    "cost/records_used", "cost/mean_reuse"}}
+KNOWN: dict[str, set[str]] = {}  # what a resumed stage may still report differently (nothing, now)
 
 
 def comparable(summary: dict) -> dict:

@@ -17,10 +17,11 @@ from data_modules.tasks.jsonl import DataFileError
 from models.hf_checks import ModelFolderError
 from rewards.sandbox import SandboxUnavailable
 from trainers.base import NonFiniteLossError
+from trainers.checkpointing import CheckpointWriteError
 from trainers.validation import ConfigError
 
 USER_ERRORS = (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
-               NonFiniteLossError)
+               NonFiniteLossError, CheckpointWriteError)
 
 
 def user_error(exc: BaseException) -> BaseException | None:
