@@ -80,11 +80,11 @@ def _check_replay(cfg: DictConfig, errors: list[str]) -> None:
 
 
 def _positive_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return is_int(value) and value > 0
 
 
 def _check_memory_keys(cfg: DictConfig, errors: list[str]) -> None:
-    """Micro-batches, weight dtype, activation checkpointing, clipping, annotation batches."""
+    """Micro-batches, weight dtype, booleans, top-p (plain counts and limits: trainers/value_checks.py)."""
     batch, micro = _raw(cfg, "data.batch_size"), _get(cfg, "data.micro_batch_size", errors)
     if micro is not None:
         if not _positive_int(micro):
@@ -99,17 +99,6 @@ def _check_memory_keys(cfg: DictConfig, errors: list[str]) -> None:
         value = _raw(cfg, key)
         if value is not None and not isinstance(value, bool):
             errors.append(f"{key}={value!r} must be true or false")
-    for key in ("algorithm.max_grad_norm",):
-        value = _raw(cfg, key)
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
-            errors.append(f"{key}={value!r} must be a positive number, or null for no clipping")
-    dropped = _raw(cfg, "callbacks.regenerate.max_dropped_rounds")
-    if dropped is not None and not _positive_int(dropped):
-        errors.append(f"callbacks.regenerate.max_dropped_rounds={dropped!r} must be a positive integer")
-    size = _raw(cfg, "algorithm.annotate_batch_size")
-    if size is not None and not _positive_int(size):
-        errors.append(f"algorithm.annotate_batch_size={size!r} must be a positive integer, or null "
-                      f"(= data.micro_batch_size)")
     top_p = _raw(cfg, "generator.top_p")
     if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
         errors.append(f"generator.top_p={top_p!r} must be in (0, 1]")

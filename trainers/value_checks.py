@@ -7,12 +7,15 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 POSITIVE_INTS = ("generator.batch_size", "checkpoint_every_n_rounds", "algorithm.max_nonfinite",
-                 "reward.workers")
-OPTIONAL_POSITIVE_INTS = {"data.max_examples": "null for all", "callbacks.evaluate.num_examples": "null for all"}
+                 "reward.workers", "callbacks.regenerate.max_dropped_rounds",
+                 "callbacks.guards.patience_rounds", "callbacks.guards.patience_steps")
+OPTIONAL_POSITIVE_INTS = {"data.max_examples": "null for all", "callbacks.evaluate.num_examples": "null for all",
+                          "algorithm.annotate_batch_size": "null (= data.micro_batch_size)"}
 NON_NEGATIVE_INTS = ("callbacks.evaluate.every_n_steps", "task.num_heldout",
                      "algorithm.scheduler.num_warmup_steps")
 POSITIVE_NUMBERS = ("algorithm.optimizer.lr", "reward.timeout_s", "reward.per_test_seconds",
                     "reward.per_sample_timeout_s")
+OPTIONAL_POSITIVE_NUMBERS = {"algorithm.max_grad_norm": "null for no clipping"}
 NON_NEGATIVE_NUMBERS = ("algorithm.optimizer.weight_decay",)
 SEED_LIMIT = 2**32  # numpy's seeds, which Lightning's seed_everything sets too
 
@@ -31,26 +34,18 @@ def is_number(value) -> bool:
 
 def check_values(cfg: DictConfig, errors: list[str]) -> None:
     """Integers, limits, seed, rates and timeouts: one message per bad key."""
-    for key in POSITIVE_INTS:
-        value = _raw(cfg, key)
-        if value is not None and not (is_int(value) and value > 0):
-            errors.append(f"{key}={value!r} must be a positive integer")
-    for key, none_means in OPTIONAL_POSITIVE_INTS.items():
-        value = _raw(cfg, key)
-        if value is not None and not (is_int(value) and value > 0):
-            errors.append(f"{key}={value!r} must be a positive integer, or {none_means}")
-    for key in NON_NEGATIVE_INTS:
-        value = _raw(cfg, key)
-        if value is not None and not (is_int(value) and value >= 0):
-            errors.append(f"{key}={value!r} must be an integer ≥ 0")
-    for key in POSITIVE_NUMBERS:
-        value = _raw(cfg, key)
-        if value is not None and not (is_number(value) and value > 0):
-            errors.append(f"{key}={value!r} must be a positive number")
-    for key in NON_NEGATIVE_NUMBERS:
-        value = _raw(cfg, key)
-        if value is not None and not (is_number(value) and value >= 0):
-            errors.append(f"{key}={value!r} must be a number ≥ 0")
+    rules = [(POSITIVE_INTS, lambda v: is_int(v) and v > 0, "a positive integer"),
+             (OPTIONAL_POSITIVE_INTS, lambda v: is_int(v) and v > 0, "a positive integer"),
+             (NON_NEGATIVE_INTS, lambda v: is_int(v) and v >= 0, "an integer ≥ 0"),
+             (POSITIVE_NUMBERS, lambda v: is_number(v) and v > 0, "a positive number"),
+             (OPTIONAL_POSITIVE_NUMBERS, lambda v: is_number(v) and v > 0, "a positive number"),
+             (NON_NEGATIVE_NUMBERS, lambda v: is_number(v) and v >= 0, "a number ≥ 0")]
+    for keys, ok, what in rules:  # a dict's values say what null means for that key
+        for key in keys:
+            value = _raw(cfg, key)
+            if value is not None and not ok(value):
+                alternative = f", or {keys[key]}" if isinstance(keys, dict) else ""
+                errors.append(f"{key}={value!r} must be {what}{alternative}")
     _check_seed_and_epochs(cfg, errors)
     _check_sandbox_budget(cfg, errors)
 
