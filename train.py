@@ -4,10 +4,12 @@
     python train.py algorithm=sft data=demonstrations trainer.max_steps=200
     python train.py -m seed=1,2,3                    # a sweep: one output dir and W&B run per job
     python train.py resume=true hydra.run.dir=DIR    # continue a killed run from its checkpoints
+    python train.py hardware=ddp trainer.devices=2   # 2 ranks (started under torchrun: trainers/launch.py)
 """
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("WANDB_MODE", "offline")  # never a login prompt; WANDB_MODE=online to stream
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -32,13 +34,17 @@ from trainers.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E4
 from trainers.command_line import exit_on_bad_command_line  # noqa: E402
 from trainers.errors import exit_with, full_traceback, user_error  # noqa: E402
 from trainers.pipeline import (checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
-                               run_stage, set_run_fields)
-from trainers.run_record import plan_run, write_record  # noqa: E402
+                               print_batch_arithmetic, run_stage, say0, set_run_fields)
+from trainers import distributed  # noqa: E402
+from trainers.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
+from trainers.run_record import RunPlan, plan_run, write_record  # noqa: E402
 
 
 def run_names(hc) -> tuple[Path, str, str]:
-    """(output dir, W&B group, W&B run name) for this Hydra job."""
+    """(output dir, W&B group, W&B run name) for this Hydra job (a launched rank: its job's names)."""
     out = Path(hc.runtime.output_dir)
+    if sweep_names() is not None:
+        return out, *sweep_names()
     if hc.mode == RunMode.MULTIRUN:
         return out, Path(hc.sweep.dir).name, f"{hc.job.num}:{hc.job.override_dirname or 'job'}"
     return out, out.name, out.name
@@ -47,25 +53,36 @@ def run_names(hc) -> tuple[Path, str, str]:
 def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
     """Plan and validate every stage, check the folder, record the run, then run its stages in order."""
     plan, cfg, stages = _plan(cfg, user_overrides, out)
+    zero = distributed.is_zero()  # rank 0 alone writes files and prints (every rank with one process)
     for s in stages:
         set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id,
                        log_version=_log_version(out, s.name, plan.resume))
-    write_record(out, plan, cfg, _hydra_config(), user_overrides)  # nothing was written before this
-    _save_stage_configs(out, stages, plan)
-    summary, policy, tokenizer = RunSummary(out / "summary.json"), None, None
+    if zero:
+        write_record(out, plan, cfg, _hydra_config(), user_overrides)  # nothing was written before this
+        _save_stage_configs(out, stages, plan)
+        print_batch_arithmetic(stages)
+    summary, policy, tokenizer = RunSummary(out / "summary.json", write=zero), None, None
     for s in stages:
         if s.name in plan.finished:  # resume: this stage is done; take the policy it ended with
-            print(f"\n=== stage {s.name}: finished in the resumed run; loading its final weights")
+            say0(f"\n=== stage {s.name}: finished in the resumed run; loading its final weights")
             policy, tokenizer = load_finished_policy(s)
             summary.add(s.name, plan.finished[s.name])
             continue
         policy, tokenizer, metrics = _run_stage(s, policy, tokenizer, plan.resume, out)
         summary.add(s.name, metrics)
     merged = bool(OmegaConf.select(stages[-1].cfg, "model.lora.save_merged", default=False))
-    saved = save_policy(policy, tokenizer, out / "policy", save_merged=merged)
-    summary.print()
-    print(f"outputs: {out} (config.yaml, summary.json, {', '.join(p.name + '/' for p in saved)})")
+    saved = save_policy(policy, tokenizer, out / "policy", save_merged=merged)  # collective under FSDP
+    if zero:
+        summary.print()
+        print(f"outputs: {out} (config.yaml, summary.json, {', '.join(p.name + '/' for p in saved)})")
     return summary.stages
+
+
+def launch_ranks(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
+    """A multi-process job started here: validate every stage and check the folder (writing nothing),
+    then run the job's ranks under torchrun (trainers/launch.py); their summary."""
+    _plan(cfg, user_overrides, out)
+    return run_ranks(cfg.trainer, user_overrides, out, group, name)
 
 
 def _plan(cfg: DictConfig, user_overrides: list[str], out: Path):
@@ -74,10 +91,12 @@ def _plan(cfg: DictConfig, user_overrides: list[str], out: Path):
     (its record), not today's defaults, with any command-line change refused unless allowed."""
     if not cfg.resume:
         stages = plan_stages(cfg, user_overrides)  # composes + validates all stages, builds no model
+        if not distributed.is_zero():  # rank 0 checked the folder (and may have written to it since)
+            return RunPlan(list(user_overrides)), cfg, stages
         return plan_run(out, user_overrides, resume=False, allow_changes=False), cfg, stages
     plan = plan_run(out, user_overrides, resume=True, allow_changes=bool(cfg.get("resume_allow_changes")))
     cfg = compose("train", overrides=plan.overrides)
-    print(f"resuming {out} (resume {plan.resume}) with its recorded overrides: {plan.overrides}")
+    say0(f"resuming {out} (resume {plan.resume}) with its recorded overrides: {plan.overrides}")
     return plan, cfg, plan_stages(cfg, plan.overrides)
 
 
@@ -85,12 +104,12 @@ def _run_stage(s, policy, tokenizer, resume: int, out: Path):
     """One stage, from its last checkpoint when resuming; a signal ends the process (128 + signum)
     after the stage's checkpoint is written."""
     ckpt = resume_checkpoint(checkpoint_dir(s)) if resume else None
-    print(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}"
+    say0(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}"
           + (f" (resuming from {ckpt})" if ckpt else " (no checkpoint yet: from its start)" if resume else ""))
     try:
         return run_stage(s, policy, tokenizer, ckpt)
     except RunInterrupted as e:
-        print(f"\n[checkpoint] stage {s.name}: {e}; continue with: python train.py resume=true "
+        say0(f"\n[checkpoint] stage {s.name}: {e}; continue with: python train.py resume=true "
               f"hydra.run.dir={out}", flush=True)
         raise SystemExit(128 + e.signum) from None
 
@@ -118,8 +137,11 @@ def _hydra_config() -> DictConfig | None:
 def main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     out, group, name = run_names(hc)
-    try:  # the overrides as typed: resolving them here would turn '${reward}' into a node
-        stages = train(cfg, OmegaConf.to_container(hc.overrides.task), out, group, name)
+    overrides = OmegaConf.to_container(hc.overrides.task)  # as typed: resolving would turn '${reward}' into a node
+    try:
+        check_environment(cfg.trainer)  # leaked SLURM variables, a self-launching strategy, nodes
+        run = launch_ranks if needs_launch(cfg.trainer) else train
+        stages = run(cfg, overrides, out, group, name)
     except Exception as e:  # the project's own errors: one line each (the traceback: HYDRA_FULL_ERROR=1)
         if user_error(e) is None or full_traceback():
             raise
@@ -131,11 +153,12 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def _finish_wandb() -> None:
-    import sys
     if "wandb" in sys.modules and sys.modules["wandb"].run is not None:
         sys.modules["wandb"].finish()
 
 
 if __name__ == "__main__":
     exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
+    if not distributed.is_zero():  # a launched rank > 0: no log file of its own in the run folder
+        sys.argv.append("hydra/job_logging=stdout")
     main()

@@ -1,7 +1,8 @@
 """Held-out evaluation: greedy decoding on the task's held-out examples, scored by the exact verifier.
 
 Runs at fit start (the "before" number), every `every_n_steps` optimizer steps, and at train end (the
-"after" number). Every rank evaluates the same examples; only rank 0 logs and prints. The before number
+"after" number). With ranks, each decodes its share of the examples and all get the whole set's
+numbers; only rank 0 logs and prints. The before number
 and the curve are checkpointed: a resumed stage reports the accuracy it started from, not the one at
 the resume point.
 """
@@ -15,22 +16,29 @@ from torchmetrics import MeanMetric
 from callbacks.logging import find_callback, log_now, say
 from data_modules.tasks.base import Task, encode_prompt
 from models.generation import HFGenerator
-from rewards.base import RewardSource, safe_score
+from models.sharding import full_weights
+from rewards.base import RewardSource, ScoreReport, safe_score
+from trainers import distributed
 
 
 def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: RewardSource,
              num_examples: int | None = None) -> dict[str, float]:
-    """Greedy held-out accuracy and mean response length of `policy` on `task.heldout`."""
+    """Greedy held-out accuracy and mean response length of `policy` on `task.heldout` (with ranks: each
+    rank decodes its share, every rank gets the whole set's numbers)."""
     examples = task.heldout[:num_examples] if num_examples else task.heldout
-    prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in examples]
-    out = generator.sample(policy, tokenizer, prompts, greedy=True)
-    texts = tokenizer.batch_decode(out.completions, skip_special_tokens=True)
-    report = safe_score(verifier, [ex.prompt for ex in examples], texts, examples)  # never raises
+    mine = distributed.shard(examples)
+    prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in mine]
+    out = generator.sample(policy, tokenizer, prompts, greedy=True) if prompts else None
+    texts = tokenizer.batch_decode(out.completions, skip_special_tokens=True) if out else []
+    report = safe_score(verifier, [ex.prompt for ex in mine], texts, mine)  # never raises
+    lengths = [len(c) for c in out.completions] if out else []
+    parts = distributed.gather((report, lengths))
+    report, lengths = ScoreReport.merge([p[0] for p in parts]), [n for p in parts for n in p[1]]
     acc = MeanMetric()
     for s in report.scores:
         acc.update(float(s or 0.0))  # an unscored answer (verifier failed or abstained) counts as wrong
     return {"val/accuracy": float(acc.compute()), "val/unscored": float(report.abstained),
-            "val/response_len_mean": sum(map(len, out.completions)) / len(out.completions),
+            "val/response_len_mean": sum(lengths) / max(len(lengths), 1),
             **({"first_error": report.first_error} if report.first_error else {})}
 
 
@@ -45,8 +53,9 @@ class HeldOutEvaluation(L.Callback):
         self.curve: list[dict] = []  # {step, generated_tokens, accuracy}: accuracy against rollout cost
 
     def _run(self, trainer, pl_module) -> dict:
-        result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
-                          self.verifier, self.num_examples)
+        with full_weights(pl_module):  # FSDP: gathered once (ranks decode uneven shares)
+            result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
+                              self.verifier, self.num_examples)
         error = result.pop("first_error", None)
         if error:
             say(trainer, f"WARNING [eval] {result['val/unscored']:.0f} held-out answers unscored, counted wrong: {error}")

@@ -19,8 +19,10 @@ from torchmetrics import MeanMetric
 from callbacks.logging import log_now, say
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from losses.kl import k3
-from models.generation import HFGenerator
-from rewards.base import RewardSource, safe_score
+from models.generation import GenerationOutput, HFGenerator
+from models.sharding import full_weights
+from rewards.base import RewardSource, ScoreReport, safe_score
+from trainers import distributed
 
 
 class RegenerateExperience(L.Callback):
@@ -71,7 +73,22 @@ class RegenerateExperience(L.Callback):
             say(trainer, f"[rollout] step {trainer.global_step}: round ended early ({trigger}); regenerating")
         log_now(trainer, {f"rollout/trigger/{trigger}": 1.0})
         getattr(dm, "on_trigger", lambda reason: None)(trigger)  # replay_mix: fresh round after drift
-        prompts = [p for p in dm.next_prompts() for _ in range(dm.group_size)]
+        mine = distributed.shard(dm.next_prompts())  # this rank's groups (all of them with one process)
+        prompts = [p for p in mine for _ in range(dm.group_size)]
+        with full_weights(pl_module):  # FSDP: gathered once for the whole round; a no-op otherwise
+            records, out, report, mismatch = self._local_round(pl_module, dm, prompts)
+        records, out, report, mismatch, prompt_tokens = self._whole_round(records, out, report, mismatch, prompts)
+        if records:
+            dm.put(records)
+            self.dropped_in_a_row = 0
+        else:
+            self._all_dropped(trainer, dm, report)
+        self._account(trainer, pl_module, prompt_tokens, out, report, records, mismatch)
+        return records
+
+    def _local_round(self, pl_module, dm, prompts):
+        """Generate, score and annotate this rank's samples: (records kept, generation output, score
+        report, log-prob mismatch)."""
         out = self.generator.sample(pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts])
         texts = dm.tokenizer.batch_decode(out.completions, skip_special_tokens=True)
         examples = [ex for ex, _, _ in prompts]
@@ -85,13 +102,24 @@ class RegenerateExperience(L.Callback):
             if score is not None  # None: abstained (or the source failed): dropped, counted
         ]
         mismatch = self._logprob_mismatch(pl_module, records) if records else {}
-        if records:
-            dm.put(pl_module.annotate(records))
-            self.dropped_in_a_row = 0
-        else:
-            self._all_dropped(trainer, dm, report)
-        self._account(trainer, pl_module, prompts, out, report, records, mismatch)
-        return records
+        return (pl_module.annotate(records) if records else []), out, report, mismatch
+
+    @staticmethod
+    def _whole_round(records, out, report, mismatch, prompts):
+        """Every rank's share of the round, on every rank (as it is with one process): the records in
+        rank order, the completions, the slowest rank's generation time, one score report, the
+        token-weighted log-prob mismatch and the prompt tokens."""
+        prompt_tokens = sum(len(ids) for _, ids, _ in prompts)
+        if distributed.world_size() == 1:
+            return records, out, report, mismatch, prompt_tokens
+        parts = distributed.gather((records, out, report, mismatch, prompt_tokens))
+        outs = [p[1] for p in parts]
+        out = GenerationOutput([c for o in outs for c in o.completions], [lp for o in outs for lp in o.logprobs],
+                               max(o.seconds for o in outs))
+        tokens = [sum(len(r.completion_ids) for r in p[0]) for p in parts]
+        mismatch = distributed.combine([(w, p[3]) for w, p in zip(tokens, parts)])
+        return ([r for p in parts for r in p[0]], out, ScoreReport.merge([p[2] for p in parts]), mismatch,
+                sum(p[4] for p in parts))
 
     def _all_dropped(self, trainer, dm, report) -> None:
         """Every sample of the round was dropped: serve the previous round again, loudly, and stop after
@@ -140,14 +168,14 @@ class RegenerateExperience(L.Callback):
                                 answer=ex.answer, behaviour_logprobs=logprobs,
                                 rewards=per_source | {self.reward.name: score}, reward=score)
 
-    def _account(self, trainer, pl_module, prompts, out, report, records, mismatch):
+    def _account(self, trainer, pl_module, prompt_tokens, out, report, records, mismatch):
         reward = MeanMetric()
         for r in records:
             reward.update(r.reward)
         mean = float(reward.compute()) if records else float("nan")
         gen_tokens = sum(len(c) for c in out.completions)
         t = self.totals
-        t["prompt_tokens"] += sum(len(ids) for _, ids, _ in prompts)
+        t["prompt_tokens"] += prompt_tokens
         t["generated_tokens"] += gen_tokens
         t["generation_seconds"] += out.seconds
         t["records_generated"] += len(out.completions)

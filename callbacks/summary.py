@@ -13,12 +13,14 @@ class RunSummary:
     """Accumulates one dict of metrics per stage; rewrites summary.json atomically after each stage,
     so a run killed in stage k keeps the summaries of stages before k."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, write: bool = True):
+        self.path, self.write = path, write  # write: False on ranks > 0 (rank 0 writes the file)
         self.stages: dict[str, dict] = {}
 
     def add(self, stage: str, metrics: dict) -> None:
         self.stages[stage] = metrics
+        if not self.write:
+            return
         tmp = self.path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.stages, indent=2, default=float))
         os.replace(tmp, self.path)

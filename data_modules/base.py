@@ -9,6 +9,7 @@ from transformers import PreTrainedTokenizerBase
 
 from data_modules.experience import ExperienceRecord, collate
 from data_modules.tasks.base import Task
+from trainers import distributed
 
 
 class ExperienceDataModule(L.LightningDataModule):
@@ -17,7 +18,11 @@ class ExperienceDataModule(L.LightningDataModule):
     `online` data modules are fed by `callbacks.regenerate.RegenerateExperience`; offline ones own
     their data from the start. Each epoch's order is a seeded shuffle, repeated `passes` times.
     A batch holds `batch_size` records (one optimizer step); the module runs it in micro-batches of
-    `micro_batch_size` records (gradient accumulation, trainers/base.py).
+    `micro_batch_size` records (gradient accumulation, trainers/base.py). With W ranks, the loader
+    yields the same global batches on every rank and each rank collates its share (records r, r+W, ...):
+    `batch_size` stays the records of one optimizer step, W ranks × batch_size/W records each, and
+    `micro_batch_size` is per rank. Every rank counts every record of the global batch as served, so
+    reuse limits (and the buffer) agree across ranks.
     """
 
     online = False
@@ -42,12 +47,28 @@ class ExperienceDataModule(L.LightningDataModule):
         for _ in range(self.passes):
             order += rng.sample(records, len(records))
         self.epochs_served += 1
+        self.check_rank_split()
+        order = order[: len(order) // distributed.world_size() * distributed.world_size()]
         return DataLoader(order, batch_size=self.batch_size, shuffle=False,
-                          collate_fn=self._collate, num_workers=0)
+                          collate_fn=self._serve, num_workers=0)
 
-    def _collate(self, records: list[ExperienceRecord]):
+    def check_rank_split(self) -> None:
+        """batch_size must split evenly over the ranks, and each rank's share into micro-batches."""
+        w = distributed.world_size()
+        share = self.batch_size // w
+        micro = self.micro_batch_size or share
+        if self.batch_size % w or (micro < share and share % micro):
+            raise ValueError(f"data.batch_size={self.batch_size} over {w} ranks: it must be a multiple of the "
+                             f"{w} ranks, and each rank's {self.batch_size / w:g} records a multiple of "
+                             f"data.micro_batch_size={self.micro_batch_size}")
+
+    def _serve(self, records: list):
+        """One optimizer step's global batch: counted as served, this rank's share collated."""
         for r in records:
             r.provenance.times_used += 1
+        return self._collate(distributed.shard(records))
+
+    def _collate(self, records: list):
         return collate(records, self.tokenizer.pad_token_id)
 
     def state_dict(self) -> dict:

@@ -29,8 +29,6 @@ class FilteredRolloutsDataModule(FreshRolloutsDataModule):
             say(self.trainer, f"[rollout] round kept nothing ({self.empty_rounds} so far); serving the previous one")
 
     def _collate(self, records: list):
-        for r in records:
-            r.provenance.times_used += 1
         return collate_records(records, self.tokenizer.pad_token_id)
 
     def state_dict(self) -> dict:

@@ -199,6 +199,4 @@ class PreferenceDataModule(ExperienceDataModule):
         return self.records
 
     def _collate(self, records: list) -> PreferenceBatch:
-        for r in records:
-            r.provenance.times_used += 1
         return collate_preferences(records, self.tokenizer.pad_token_id)

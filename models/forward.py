@@ -14,6 +14,7 @@ from functools import lru_cache
 import torch
 
 from losses.common import head_token_logprobs, token_logprobs
+from models.sharding import is_sharded
 
 POST_PROCESSED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
@@ -59,16 +60,38 @@ def sequence_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torc
         lp = token_logprobs(out.logits[:, :-1], input_ids[:, 1:], temperature)
         return (lp, out.hidden_states[-1]) if with_hidden else lp
     decoder, head = parts
-    hidden = hidden_states(decoder, input_ids, attention_mask)
+    if is_sharded(model):
+        hidden = hidden_states_through_root(model, decoder, input_ids, attention_mask)
+    else:
+        hidden = hidden_states(decoder, input_ids, attention_mask)
     lp = head_token_logprobs(hidden[:, :-1], head, input_ids[:, 1:], temperature)
     return (lp, hidden) if with_hidden else lp
 
 
+def hidden_states_through_root(model, decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The decoder's last hidden states from a call of the model's own forward (logits of one position
+    only), caught by a forward hook. An FSDP2-sharded model must be called through its root: that call
+    gathers the root's weights (embeddings, norm, head), which FSDP keeps gathered after a root's
+    forward, and schedules the reduce-scatter of their gradients (models/sharding.py)."""
+    caught = {}
+
+    def catch(module, args, out) -> None:  # returning None keeps the output as it is
+        caught["hidden"] = out.last_hidden_state
+
+    handle = decoder.register_forward_hook(catch)
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=1)
+    finally:
+        handle.remove()
+    return caught["hidden"]
+
+
 def last_position_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          position_ids: torch.Tensor, cache) -> torch.Tensor:
-    """float32 logits [B, V] of the last position only, extending the KV `cache` in place."""
+    """float32 logits [B, V] of the last position only, extending the KV `cache` in place (an FSDP-sharded
+    model through its root's forward, as FSDP requires)."""
     parts = decoder_and_head(model)
-    if parts is None:
+    if parts is None or is_sharded(model):
         kwargs = {_cache_keyword(type(model)): cache}
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     use_cache=True, logits_to_keep=1, **kwargs)

@@ -35,8 +35,17 @@ def apply_lora(model: PreTrainedModel, lora: Mapping | None) -> PreTrainedModel:
 
 def save_policy(policy: PreTrainedModel, tokenizer, out: Path, save_merged: bool) -> list[Path]:
     """`save_pretrained` the policy and tokenizer into `out`; a LoRA policy with `save_merged` also
-    into `out`_merged, merged into a copy of its base weights. Returns the folders written."""
-    policy.save_pretrained(out)
+    into `out`_merged, merged into a copy of its base weights. Returns the folders written. With
+    ranks, rank 0 writes; an FSDP-sharded policy is first gathered (on every rank: a collective) into
+    one full state dict on rank 0's CPU."""
+    from models.sharding import full_state_dict, is_sharded
+    from trainers import distributed
+    state = full_state_dict(policy) if is_sharded(policy) else None
+    if not distributed.is_zero():
+        return [out]
+    policy.save_pretrained(out, state_dict=state)
+    if state is not None:  # FSDP2 renamed the class (FSDPLlamaForCausalLM): record the real one
+        _fix_architectures(out / "config.json")
     tokenizer.save_pretrained(out)
     written = [out]
     if save_merged and hasattr(policy, "merge_and_unload"):
@@ -46,3 +55,10 @@ def save_policy(policy: PreTrainedModel, tokenizer, out: Path, save_merged: bool
         tokenizer.save_pretrained(merged_dir)
         written.append(merged_dir)
     return written
+
+
+def _fix_architectures(path: Path) -> None:
+    import json
+    config = json.loads(path.read_text())
+    config["architectures"] = [a.removeprefix("FSDP") for a in config.get("architectures") or []]
+    path.write_text(json.dumps(config, indent=2) + "\n")

@@ -45,6 +45,16 @@ class ScoreReport:
     first_error: str | None = None
     per_source: dict[str, list[float | None]] = field(default_factory=dict)  # name → scores, gold too
 
+    @staticmethod
+    def merge(parts: list["ScoreReport"]) -> "ScoreReport":
+        """One report for the samples of several (the ranks' shares of a round, in order)."""
+        names = [n for part in parts for n in part.per_source]
+        return ScoreReport([s for p in parts for s in p.scores], sum(p.abstained for p in parts),
+                           sum(p.errors for p in parts), sum(p.timeouts for p in parts),
+                           next((p.first_error for p in parts if p.first_error), None),
+                           {n: [s for p in parts for s in p.per_source.get(n, [None] * len(p.scores))]
+                            for n in dict.fromkeys(names)})
+
 
 class ScoreTimeout(TimeoutError):
     pass

@@ -21,6 +21,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord
 from models.forward import sequence_token_logprobs
+from models.sharding import fully_shard_module, shard_model
+from trainers import distributed
 
 
 class NonFiniteLossError(RuntimeError):
@@ -68,20 +70,39 @@ class PolicyModule(L.LightningModule):
     def on_train_start(self) -> None:
         self.policy.train()
 
+    def configure_model(self) -> None:
+        """hardware=fsdp (ModelParallelStrategy gives a device mesh): FSDP2 over the data-parallel ranks for
+        the policy, the frozen reference, and any other module with trainable weights (a value head)."""
+        mesh = getattr(self, "device_mesh", None)
+        if mesh is None:
+            return
+        dp = mesh["data_parallel"]
+        for model in (self.policy, getattr(self, "reference", None)):
+            if model is not None:
+                shard_model(model, dp)
+        for name, child in self.named_children():
+            if child is not self.policy and any(p.requires_grad and not hasattr(p, "placements")
+                                                for p in child.parameters()):
+                fully_shard_module(child, dp)
+
     def training_step(self, batch, batch_idx: int):
         micros = batch.split(self.micro_batch_size or len(batch))
         weights = [self.loss_weight(m) for m in micros]
-        total = sum(weights) or 1.0
+        # With W ranks the gradient is averaged over ranks: weigh by the whole step's total, times W.
+        total, ranks = distributed.reduce_sum([sum(weights)])[0] or 1.0, distributed.world_size()
         opt, step = self.optimizers(), StepMetrics()
         for i, (micro, weight) in enumerate(zip(micros, weights)):
             with self.no_backward_sync(last=i == len(micros) - 1):
                 loss, metrics = self.micro_loss(micro)
-                if self.check_finite(loss) is None:  # skip the whole optimizer step
-                    opt.zero_grad(set_to_none=True)
-                    return None
-                self.manual_backward(loss * (weight / total))
+                if ranks == 1 and self.check_finite(loss) is None:  # skip the whole optimizer step (with
+                    opt.zero_grad(set_to_none=True)                 # ranks: the gradient check below, on
+                    return None                                     # every rank alike)
+                self.manual_backward(loss * (weight * ranks / total))
             step.add(loss.detach(), metrics, weight)
         loss, metrics = step.result()
+        if ranks > 1:  # the logged values are the whole step's, as with one process
+            metrics = distributed.weighted_means({"loss": loss, **metrics}, step.weight)
+            loss = torch.tensor(metrics.pop("loss"))
         self.log_step(batch, loss, metrics)  # before the step: the weights are still those the loss saw
         if not self.gradients_finite():
             self.skip_nonfinite("gradient")
@@ -164,7 +185,10 @@ class PolicyModule(L.LightningModule):
         if self._trainer is not None and str(self.trainer.precision).startswith("16"):
             return True
         grads = [p.grad for p in self.trainable_parameters() if p.grad is not None]
-        return not grads or bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+        if not grads:
+            return True
+        norm = torch.nn.utils.get_total_norm(grads)
+        return bool(torch.isfinite(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))  # FSDP: all shards
 
     def skip_nonfinite(self, what: str) -> None:
         """Count a skipped step (a NaN/inf loss or gradient); past `max_nonfinite` save a checkpoint of the

@@ -21,8 +21,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from data_modules.tasks.jsonl import DataFileError
+from trainers import distributed
 from trainers.checkpointing import AtomicCheckpointIO, ResumeState
 from trainers.data_checks import check_stage_data
+from trainers.launch import world_size_of
 from trainers.overrides import has_key, takes, unmatched_problem
 from trainers.validation import ConfigError, validate
 
@@ -108,6 +110,32 @@ def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, na
                    "wandb_id": wandb_id, "log_version": log_version or stage}
 
 
+def say0(message: str) -> None:
+    """print on rank 0 only (every line once, whatever the number of ranks)."""
+    if distributed.is_zero():
+        print(message, flush=True)
+
+
+def batch_arithmetic(cfg: DictConfig) -> str:
+    """One line: how a stage's records reach an optimizer step, over `world` ranks."""
+    data, world = cfg.data, world_size_of(cfg.trainer)
+    batch = int(data.batch_size)
+    micro = min(int(data.get("micro_batch_size") or batch), batch // world) or 1
+    accumulation = max(batch // world // micro, 1)
+    step = f"micro-batch {micro} × accumulation {accumulation} × {world} rank(s) = {batch} records per optimizer step"
+    if "prompts_per_round" not in data:
+        return step
+    prompts, group = int(data.prompts_per_round), int(data.group_size)
+    records, passes = prompts * group, int(data.get("epochs_per_round", 1))
+    return (f"{prompts} prompts per round × {group} samples = {records} records per round, "
+            f"{records / world:g} per rank; {step}; {passes * records // batch} optimizer steps per round")
+
+
+def print_batch_arithmetic(stages: list[Stage]) -> None:
+    for stage in stages:
+        say0(f"[batch] {stage.name}: {batch_arithmetic(stage.cfg)}")
+
+
 def build(node: DictConfig, **runtime):
     """Instantiate `node` with live objects (models, tasks) passed as-is: Hydra would otherwise copy
     keyword arguments into its config tree, converting dataclasses and lists element by element."""
@@ -122,6 +150,32 @@ def build_callbacks(cfg: DictConfig, generator, reward, task) -> list[L.Callback
 
 def build_loggers(cfg: DictConfig) -> list:
     return [instantiate(node) for node in cfg.logger.values() if node is not None]
+
+
+def trainer_arguments(trainer: DictConfig) -> dict:
+    """L.Trainer's keyword arguments from `trainer` (conf/hardware): a strategy given as a node with a
+    `_target_` (FSDP2, DeepSpeed) is built here. The data modules shard by rank themselves
+    (data_modules/base.py), so Lightning's DistributedSampler stays out."""
+    kwargs = OmegaConf.to_container(trainer, resolve=True)
+    strategy = kwargs.get("strategy")
+    if isinstance(strategy, dict):
+        if strategy.get("data_parallel_size") == "auto":  # ModelParallelStrategy's "auto" = num_nodes
+            strategy["data_parallel_size"] = world_size_of(trainer) // int(strategy.get("tensor_parallel_size") or 1)
+        kwargs["strategy"] = instantiate(strategy)
+    return kwargs | {"use_distributed_sampler": False}
+
+
+class SameSettingsOnRanks(L.Callback):
+    """Every rank checks, once the process group is up, that all ranks run this stage with the same
+    settings (a hash of the resolved config, `run.*` aside): a launcher that gave ranks different
+    overrides fails here, loudly, before a step is taken."""
+
+    def __init__(self, cfg: DictConfig):
+        settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "run"}
+        self.text = OmegaConf.to_yaml(OmegaConf.create(settings))
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        distributed.check_same_config(self.text, "stage setting")
 
 
 def checkpoint_dir(stage: Stage) -> Path:
@@ -153,8 +207,8 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     datamodule = build(cfg.data, task=stage.task, tokenizer=tokenizer)
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
     callbacks = build_callbacks(cfg, generator, reward, stage.task)
-    callbacks.append(ResumeState(checkpoint_dir(stage) / "last.ckpt"))
-    trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_loggers(cfg) or False,
+    callbacks += [ResumeState(checkpoint_dir(stage) / "last.ckpt"), SameSettingsOnRanks(cfg)]
+    trainer = L.Trainer(**trainer_arguments(cfg.trainer), callbacks=callbacks, logger=build_loggers(cfg) or False,
                         default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if trainer.checkpoint_callback is not None:

@@ -13,6 +13,7 @@ import torch
 from data_modules.experience import ExperienceBatch, ExperienceRecord, collate
 from losses.common import aggregation_weight, masked_mean
 from losses.correction import importance_diagnostics
+from trainers import distributed
 from trainers.base import PolicyModule, frozen_copy, is_lora
 
 STALENESS_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2_3"), (4, 7, "4_7"), (8, None, "8_up"))
@@ -135,9 +136,11 @@ class RolloutModule(PolicyModule):
         """train/* metrics of this optimizer step plus off-policy diagnostics, overall and per slice,
         over the whole batch (diag's token-level ratio_mean/ratio_max replace the correction's)."""
         n = len(batch)
-        self.log("rollout/reward_mean", batch.rewards.mean(), prog_bar=True, batch_size=n)
         diag = self.offpolicy_diagnostics(batch, self.step_logps(batch))
-        self.last_diagnostics = {k: float(v) for k, v in diag.items()}
+        diag["rollout/reward_mean"] = float(batch.rewards.mean())
+        diag = distributed.weighted_means(diag, n)  # with ranks: the whole step's batch, every rank alike
+        self.log("rollout/reward_mean", diag.pop("rollout/reward_mean"), prog_bar=True, batch_size=n)
+        self.last_diagnostics = {k: float(v) for k, v in diag.items()}  # the drift trigger's one decision
         super().log_step(batch, loss, {k: v for k, v in metrics.items() if f"train/{k}" not in diag})
         self.log_dict(diag, batch_size=n)
 

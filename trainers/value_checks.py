@@ -71,13 +71,38 @@ def _check_sandbox_budget(cfg: DictConfig, errors: list[str]) -> None:
 
 
 def check_hardware(cfg: DictConfig, errors: list[str]) -> None:
-    """hardware=gpu needs a CUDA GPU visible to torch, and as many as trainer.devices asks for."""
+    """hardware=gpu needs a CUDA GPU visible to torch, and as many as trainer.devices asks for;
+    hardware=deepspeed_* (a DeepSpeedStrategy) needs the optional deepspeed package, CUDA GPUs (Lightning's
+    DeepSpeedStrategy refuses anything else) and a number as its gradient clipping norm."""
+    import importlib.util
     accelerator, devices = _raw(cfg, "trainer.accelerator"), _raw(cfg, "trainer.devices")
-    if accelerator not in ("gpu", "cuda"):
+    target = _raw(cfg, "trainer.strategy._target_")
+    deepspeed = isinstance(target, str) and target.endswith("DeepSpeedStrategy")
+    if not deepspeed and accelerator not in ("gpu", "cuda"):
         return
     import torch
-    if not torch.cuda.is_available():
-        errors.append(f"hardware=gpu (trainer.accelerator={accelerator}): torch sees no CUDA GPU here: use "
-                      f"hardware=cpu, or check the driver and CUDA_VISIBLE_DEVICES")
+    cuda = torch.cuda.is_available()
+    if deepspeed:
+        if importlib.util.find_spec("deepspeed") is None:
+            errors.append(f"trainer.strategy._target_={target} (hardware=deepspeed_*): deepspeed is not installed: "
+                          f"pip install -r requirements-deepspeed.txt (deepspeed==0.19.8, torch pinned)")
+        if not cuda:
+            errors.append(f"trainer.strategy._target_={target} (hardware=deepspeed_*): DeepSpeed runs on CUDA GPUs "
+                          f"only and torch sees none here: on CPUs use hardware=ddp or hardware=fsdp")
+        elif accelerator not in ("gpu", "cuda", "auto"):
+            errors.append(f"trainer.accelerator={accelerator}: DeepSpeed runs on CUDA GPUs only: "
+                          f"trainer.accelerator=gpu")
+        ds_config = _raw(cfg, "trainer.strategy.config")
+        if isinstance(ds_config, DictConfig) and "gradient_clipping" in ds_config:
+            clip = _raw(cfg, "trainer.strategy.config.gradient_clipping")
+            if not (is_number(clip) and clip >= 0):
+                errors.append(f"trainer.strategy.config.gradient_clipping={clip!r} must be a number ≥ 0 (DeepSpeed "
+                              f"clips in its step; it follows algorithm.max_grad_norm): 0.0 for no clipping")
+    if accelerator not in ("gpu", "cuda"):
+        return
+    if not cuda:
+        if not deepspeed:  # said above, with the CPU alternatives
+            errors.append(f"hardware=gpu (trainer.accelerator={accelerator}): torch sees no CUDA GPU here: use "
+                          f"hardware=cpu, or check the driver and CUDA_VISIBLE_DEVICES")
     elif is_int(devices) and devices > torch.cuda.device_count():
         errors.append(f"trainer.devices={devices}: only {torch.cuda.device_count()} CUDA GPU(s) visible here")

@@ -1,0 +1,86 @@
+"""FSDP2 (`hardware=fsdp`: Lightning's ModelParallelStrategy, `fully_shard` in `configure_model`).
+
+Each decoder block (the model's `_no_split_modules` classes) is one FSDP unit and the rest (embeddings,
+final norm, LM head: tied or not) the root unit, as torchtitan and accelerate's transformer policy do.
+The frozen reference is sharded the same way. Training forwards go through the root's `forward`
+(models/forward.py), so FSDP's hooks gather and free each unit and reduce-scatter its gradients.
+
+No-grad passes over a rank's own, uneven share of the data (generation, annotation, held-out
+evaluation) run inside `full_weights`: every unit is gathered once, on every rank together, and stays
+gathered until the pass ends, so those passes make no collective calls and ranks may take different
+numbers of steps. That is the one full copy a rank holds, for as long as FSDP itself would need it to
+generate; with one process, or without FSDP, `full_weights` does nothing.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+
+def fsdp_units(model: torch.nn.Module) -> list:
+    """The FSDP2 units of `model`, root first ([] when it is not sharded)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without distributed
+        return []
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def is_sharded(model) -> bool:
+    return model is not None and bool(fsdp_units(model))
+
+
+def block_classes(model: torch.nn.Module) -> set[str]:
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    if not names:
+        raise ValueError(f"hardware=fsdp: {type(model).__name__} names no decoder block class "
+                         f"(`_no_split_modules`) to shard by")
+    return names
+
+
+def shard_model(model: torch.nn.Module, mesh) -> torch.nn.Module:
+    """`fully_shard` each decoder block, then the root, over `mesh` (in place; a sharded model as is)."""
+    from torch.distributed.fsdp import fully_shard
+    if is_sharded(model):
+        return model
+    names = block_classes(model)
+    for module in list(model.modules()):
+        if type(module).__name__ in names:
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def fully_shard_module(module: torch.nn.Module, mesh) -> torch.nn.Module:
+    """One FSDP unit for a small module with its own weights (PPO's value head)."""
+    from torch.distributed.fsdp import fully_shard
+    return module if is_sharded(module) else fully_shard(module, mesh=mesh)
+
+
+def full_state_dict(model: torch.nn.Module) -> dict:
+    """The whole state dict of a sharded model on rank 0's CPU ({} on other ranks); every rank calls."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+@contextmanager
+def full_weights(pl_module):
+    """Gather the sharded policy and reference of `pl_module` once, keep them gathered inside."""
+    roots = [m for m in (getattr(pl_module, "policy", None), getattr(pl_module, "reference", None))
+             if is_sharded(m)]
+    if not roots:
+        yield
+        return
+    units = [u for root in roots for u in fsdp_units(root)]
+    for unit in units:  # the root first: its lazy init must come before any block's
+        unit.unshard()
+        unit.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.reshard()
+        for root in roots:  # blocks free their weights after forward again; the root keeps its own,
+            for unit in fsdp_units(root)[1:]:  # as FSDP does for a root (backward needs them at once)
+                unit.set_reshard_after_forward(True, recurse=False)
