@@ -83,12 +83,14 @@ def check_hardware(cfg: DictConfig, errors: list[str]) -> None:
     import torch
     cuda = torch.cuda.is_available()
     if deepspeed:
+        stage = _raw(cfg, "trainer.strategy.config.zero_optimization.stage")
+        name = f"hardware=deepspeed_zero{stage}" if stage in (2, 3) else "hardware=deepspeed_*"
         if importlib.util.find_spec("deepspeed") is None:
-            errors.append(f"trainer.strategy._target_={target} (hardware=deepspeed_*): deepspeed is not installed: "
+            errors.append(f"{name} (trainer.strategy=DeepSpeedStrategy): deepspeed is not installed: "
                           f"pip install -r requirements-deepspeed.txt (deepspeed==0.19.8, torch pinned)")
         if not cuda:
-            errors.append(f"trainer.strategy._target_={target} (hardware=deepspeed_*): DeepSpeed runs on CUDA GPUs "
-                          f"only and torch sees none here: on CPUs use hardware=ddp or hardware=fsdp")
+            errors.append(f"{name} (trainer.strategy=DeepSpeedStrategy): DeepSpeed runs on CUDA GPUs only and torch "
+                          f"sees none here: on CPUs use hardware=ddp or hardware=fsdp")
         elif accelerator not in ("gpu", "cuda", "auto"):
             errors.append(f"trainer.accelerator={accelerator}: DeepSpeed runs on CUDA GPUs only: "
                           f"trainer.accelerator=gpu")
