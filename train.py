@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -110,7 +111,7 @@ def _run_stage(s, policy, tokenizer, resume: int, out: Path):
         return run_stage(s, policy, tokenizer, ckpt)
     except RunInterrupted as e:
         say0(f"\n[checkpoint] stage {s.name}: {e}; continue with: python train.py resume=true "
-              f"hydra.run.dir={out}", flush=True)
+              f"hydra.run.dir={out}")
         raise SystemExit(128 + e.signum) from None
 
 
@@ -137,6 +138,8 @@ def _hydra_config() -> DictConfig | None:
 def main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     out, group, name = run_names(hc)
+    if not distributed.is_zero():
+        _no_log_file()
     overrides = OmegaConf.to_container(hc.overrides.task)  # as typed: resolving would turn '${reward}' into a node
     try:
         check_environment(cfg.trainer)  # leaked SLURM variables, a self-launching strategy, nodes
@@ -152,6 +155,14 @@ def main(cfg: DictConfig) -> float | None:
     return last.get("val/accuracy_after")  # the optimized metric for sweepers
 
 
+def _no_log_file() -> None:
+    """A rank > 0 logs to the console only: Hydra's job log file in the run folder is rank 0's."""
+    for handler in list(logging.root.handlers):
+        if isinstance(handler, logging.FileHandler):
+            logging.root.removeHandler(handler)
+            handler.close()
+
+
 def _finish_wandb() -> None:
     if "wandb" in sys.modules and sys.modules["wandb"].run is not None:
         sys.modules["wandb"].finish()
@@ -159,6 +170,4 @@ def _finish_wandb() -> None:
 
 if __name__ == "__main__":
     exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
-    if not distributed.is_zero():  # a launched rank > 0: no log file of its own in the run folder
-        sys.argv.append("hydra/job_logging=stdout")
     main()

@@ -12,6 +12,7 @@ generated and dropped); this callback adds the training side and the verdict:
                                                 generated tokens: the learning signal a token bought
     cost/accuracy_gain_per_mtok                 the same with held-out accuracy (after - before)
 Per round (at each round's end) the cumulative values are logged, plus cost/round_train_seconds.
+With ranks, each counts its share of every step and each report adds them up (seconds: the slowest).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import time
 import lightning as L
 
 from callbacks.logging import find_callback, log_now
+from trainers import distributed
 
 
 class CostLedger(L.Callback):
@@ -29,6 +31,7 @@ class CostLedger(L.Callback):
         self.trained_tokens = self.serves = self.records_used = 0
         self.unused_at_end = 0
         self._t0 = 0.0
+        self._pending = {"seconds": 0.0, "tokens": 0.0, "serves": 0.0, "used": 0.0}  # since the last report
         self.generation: dict = {}  # RegenerateExperience.totals, read at each report
         self.reward_first = self.reward_last = None
         self.accuracy_before = self.accuracy_after = None
@@ -38,15 +41,28 @@ class CostLedger(L.Callback):
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        """Counts this rank's share of the step; `ledger` adds up the ranks' counts at each report."""
         dt = time.perf_counter() - self._t0
-        self.train_seconds += dt
-        self.round_train_seconds += dt
         sequences = getattr(batch, "sequences", batch)  # a PreferenceBatch wraps its 2B sequences
-        self.trained_tokens += int(sequences.attention_mask.sum()) if hasattr(sequences, "attention_mask") else 0
         records = getattr(batch, "records", [])
-        self.serves += len(records)
-        self.records_used += sum(getattr(r, "provenance", None) is not None and r.provenance.times_used == 1
-                                 for r in records)
+        self._pending["seconds"] += dt
+        self._pending["tokens"] += int(sequences.attention_mask.sum()) if hasattr(sequences, "attention_mask") else 0
+        self._pending["serves"] += len(records)
+        self._pending["used"] += sum(getattr(r, "provenance", None) is not None and r.provenance.times_used == 1
+                                     for r in records)
+
+    def _settle(self) -> None:
+        """Fold the steps since the last report into the totals: tokens and records summed over the ranks
+        (each rank trained on its share), seconds those of the slowest rank. Every rank calls it."""
+        p = self._pending
+        seconds = distributed.reduce_max([p["seconds"]])[0]
+        tokens, serves, used = distributed.reduce_sum([p["tokens"], p["serves"], p["used"]])
+        self.train_seconds += seconds
+        self.round_train_seconds += seconds
+        self.trained_tokens += int(tokens)
+        self.serves += int(serves)
+        self.records_used += int(used)
+        self._pending = dict.fromkeys(p, 0.0)
 
     def on_train_epoch_end(self, trainer, pl_module):
         log_now(trainer, self.ledger(trainer) | {"cost/round_train_seconds": self.round_train_seconds})
@@ -60,6 +76,7 @@ class CostLedger(L.Callback):
 
     def ledger(self, trainer: L.Trainer) -> dict[str, float]:
         """The run's ledger so far (reads the generation totals and the eval numbers it needs)."""
+        self._settle()
         regen = find_callback(trainer, "RegenerateExperience")
         evaluation = find_callback(trainer, "HeldOutEvaluation")
         if regen is not None:

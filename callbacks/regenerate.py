@@ -76,19 +76,20 @@ class RegenerateExperience(L.Callback):
         mine = distributed.shard(dm.next_prompts())  # this rank's groups (all of them with one process)
         prompts = [p for p in mine for _ in range(dm.group_size)]
         with full_weights(pl_module):  # FSDP: gathered once for the whole round; a no-op otherwise
-            records, out, report, mismatch = self._local_round(pl_module, dm, prompts)
-        records, out, report, mismatch, prompt_tokens = self._whole_round(records, out, report, mismatch, prompts)
-        if records:
+            local = self._local_round(pl_module, dm, prompts)
+        records, rewards, out, report, mismatch, prompt_tokens = self._whole_round(*local, prompts)
+        if rewards:
             dm.put(records)
             self.dropped_in_a_row = 0
         else:
             self._all_dropped(trainer, dm, report)
-        self._account(trainer, pl_module, prompt_tokens, out, report, records, mismatch)
+        self._account(trainer, pl_module, prompt_tokens, out, report, rewards, mismatch)
         return records
 
     def _local_round(self, pl_module, dm, prompts):
-        """Generate, score and annotate this rank's samples: (records kept, generation output, score
-        report, log-prob mismatch)."""
+        """Generate, score and annotate this rank's samples: (annotated records, rewards of the samples
+        kept, generation output, score report, log-prob mismatch). Annotation may turn records into
+        others (online DPO's pairs) or keep fewer (rejection sampling)."""
         out = self.generator.sample(pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts])
         texts = dm.tokenizer.batch_decode(out.completions, skip_special_tokens=True)
         examples = [ex for ex, _, _ in prompts]
@@ -102,24 +103,24 @@ class RegenerateExperience(L.Callback):
             if score is not None  # None: abstained (or the source failed): dropped, counted
         ]
         mismatch = self._logprob_mismatch(pl_module, records) if records else {}
-        return (pl_module.annotate(records) if records else []), out, report, mismatch
+        return (pl_module.annotate(records) if records else []), [r.reward for r in records], out, report, mismatch
 
     @staticmethod
-    def _whole_round(records, out, report, mismatch, prompts):
+    def _whole_round(records, rewards, out, report, mismatch, prompts):
         """Every rank's share of the round, on every rank (as it is with one process): the records in
         rank order, the completions, the slowest rank's generation time, one score report, the
         token-weighted log-prob mismatch and the prompt tokens."""
         prompt_tokens = sum(len(ids) for _, ids, _ in prompts)
         if distributed.world_size() == 1:
-            return records, out, report, mismatch, prompt_tokens
-        parts = distributed.gather((records, out, report, mismatch, prompt_tokens))
-        outs = [p[1] for p in parts]
+            return records, rewards, out, report, mismatch, prompt_tokens
+        parts = distributed.gather((records, rewards, out, report, mismatch, prompt_tokens))
+        records, rewards, outs, reports, mismatches, prompt_tokens = zip(*parts)
         out = GenerationOutput([c for o in outs for c in o.completions], [lp for o in outs for lp in o.logprobs],
                                max(o.seconds for o in outs))
-        tokens = [sum(len(r.completion_ids) for r in p[0]) for p in parts]
-        mismatch = distributed.combine([(w, p[3]) for w, p in zip(tokens, parts)])
-        return ([r for p in parts for r in p[0]], out, ScoreReport.merge([p[2] for p in parts]), mismatch,
-                sum(p[4] for p in parts))
+        tokens = [sum(map(len, o.completions)) for o in outs]
+        return ([r for part in records for r in part], [x for part in rewards for x in part], out,
+                ScoreReport.merge(list(reports)), distributed.combine(list(zip(tokens, mismatches))),
+                sum(prompt_tokens))
 
     def _all_dropped(self, trainer, dm, report) -> None:
         """Every sample of the round was dropped: serve the previous round again, loudly, and stop after
@@ -168,18 +169,18 @@ class RegenerateExperience(L.Callback):
                                 answer=ex.answer, behaviour_logprobs=logprobs,
                                 rewards=per_source | {self.reward.name: score}, reward=score)
 
-    def _account(self, trainer, pl_module, prompt_tokens, out, report, records, mismatch):
+    def _account(self, trainer, pl_module, prompt_tokens, out, report, rewards, mismatch):
         reward = MeanMetric()
-        for r in records:
-            reward.update(r.reward)
-        mean = float(reward.compute()) if records else float("nan")
+        for x in rewards:
+            reward.update(x)
+        mean = float(reward.compute()) if rewards else float("nan")
         gen_tokens = sum(len(c) for c in out.completions)
         t = self.totals
         t["prompt_tokens"] += prompt_tokens
         t["generated_tokens"] += gen_tokens
         t["generation_seconds"] += out.seconds
         t["records_generated"] += len(out.completions)
-        t["records_dropped"] += len(out.completions) - len(records)
+        t["records_dropped"] += len(out.completions) - len(rewards)
         t["reward_errors"] += report.errors
         self.abstained += report.abstained
         self.timeouts += report.timeouts

@@ -131,7 +131,7 @@ CASES: list[Case] = [
       "rejection_sampling, reward_model, sft); did you mean algorithm=grpo?", when="command line"),
     C("experiment-typo", "a misspelled experiment", ("experiment=quickstar",),
       "error: experiment=quickstar: there is no experiment=quickstar (choices: grpo_code, instructgpt, onpolicy_vs_replay, "
-      "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, single); did you mean experiment=quickstart?",
+      "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, short_sft_dpo, short_sft_grpo, single); did you mean experiment=quickstart?",
       when="command line"),
     C("sweep-choice-typo", "a misspelled choice in a sweep", ("-m", "correction=ppo_clip,trunc_is"),
       "error: correction=ppo_clip,trunc_is: there is no correction=trunc_is (choices: masked_is, none, ppo_clip, "
@@ -225,6 +225,12 @@ CASES: list[Case] = [
     C("no-gpu", "hardware=gpu on a machine without one", ("hardware=gpu",),
       "error: stage sft: hardware=gpu (trainer.accelerator=gpu): torch sees no CUDA GPU here: use hardware=cpu, or "
       "check the driver and CUDA_VISIBLE_DEVICES", patches=NO_GPU),
+    C("ranks-batch", "a batch that does not split over the ranks", ("hardware=ddp", "data.batch_size=33"),
+      "error: stage sft: data.batch_size=33 (records per optimizer step) must be a multiple of the 2 ranks "
+      "(trainer.devices × trainer.num_nodes): each rank takes batch_size / 2"),
+    C("fsdp-lora", "FSDP2 over a LoRA model", ("algorithm=grpo", "hardware=fsdp", "model.lora={r: 4}"),
+      "error: stage grpo: hardware=fsdp with model.lora: FSDP2 over a peft model is not supported yet; use "
+      "hardware=ddp for LoRA"),
     C("no-vllm", "generator=vllm without vllm installed", ("generator=vllm",),
       "error: stage sft: generator=vllm: generator=vllm needs the vllm package, which is not installed in this "
       "environment: install it with `bash scripts/install_vllm.sh…", needs=no_vllm),

@@ -20,9 +20,11 @@ SMALL = TINY_MODEL + ["trainer.max_steps=4", "data.prompts_per_round=4", "data.b
                       "callbacks.progress.refresh_rate=0", "generator.max_new_tokens=6"]
 
 
-def train(*args: str, wandb_mode: str = "disabled", timeout: int = 240) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("MASTER_PORT", "MASTER_ADDR", "LOCAL_RANK", "RANK", "WORLD_SIZE", "WANDB_API_KEY")}
+def train(*args: str, wandb_mode: str = "disabled", timeout: int = 240, env: dict | None = None
+          ) -> subprocess.CompletedProcess:
+    """`python train.py ARGS` in a clean environment (no launcher or SLURM variables unless `env` adds them)."""
+    launcher = ("MASTER_PORT", "MASTER_ADDR", "LOCAL_RANK", "RANK", "WORLD_SIZE", "WANDB_API_KEY", "TORCHELASTIC_RUN_ID")
+    env = {k: v for k, v in os.environ.items() if k not in launcher and not k.startswith("SLURM_")} | (env or {})
     env |= {"WANDB_MODE": wandb_mode, "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "HYDRA_FULL_ERROR": "0"}
     return subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=env, capture_output=True,

@@ -167,11 +167,11 @@ def trainer_arguments(trainer: DictConfig) -> dict:
 
 class SameSettingsOnRanks(L.Callback):
     """Every rank checks, once the process group is up, that all ranks run this stage with the same
-    settings (a hash of the resolved config, `run.*` aside): a launcher that gave ranks different
-    overrides fails here, loudly, before a step is taken."""
+    settings (a hash of the config as composed, interpolations unresolved, `run.*` aside: rank 0 alone
+    holds the W&B id): a launcher that gave ranks different overrides fails here, before a step."""
 
     def __init__(self, cfg: DictConfig):
-        settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "run"}
+        settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "run"}
         self.text = OmegaConf.to_yaml(OmegaConf.create(settings))
 
     def setup(self, trainer, pl_module, stage: str) -> None:

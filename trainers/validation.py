@@ -8,7 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from models.hf_checks import ModelFolderError, check_folder
-from trainers.value_checks import check_hardware, check_values, is_int
+from trainers.value_checks import check_hardware, check_ranks, check_values, is_int
 
 
 class ConfigError(ValueError):
@@ -154,6 +154,7 @@ def validate(cfg: DictConfig, stage: str) -> None:
     _check_generator(cfg, errors)
     check_values(cfg, errors)
     check_hardware(cfg, errors)
+    check_ranks(cfg, errors)
     if errors:
         raise ConfigError(f"invalid config for stage {stage!r}:\n  - " + "\n  - ".join(errors),
                           problems=errors, where=f"stage {stage}")

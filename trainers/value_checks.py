@@ -108,3 +108,34 @@ def check_hardware(cfg: DictConfig, errors: list[str]) -> None:
                           f"hardware=cpu, or check the driver and CUDA_VISIBLE_DEVICES")
     elif is_int(devices) and devices > torch.cuda.device_count():
         errors.append(f"trainer.devices={devices}: only {torch.cuda.device_count()} CUDA GPU(s) visible here")
+
+
+def check_ranks(cfg: DictConfig, errors: list[str]) -> None:
+    """Several ranks (trainer.devices × trainer.num_nodes > 1): the batch must split over them, and the
+    combinations not built for ranks yet are refused rather than left to hang or to train apart."""
+    from trainers.launch import strategy_name, world_size_of
+    trainer = cfg.get("trainer")
+    if trainer is None or not is_int(trainer.get("devices", 1)) or not is_int(trainer.get("num_nodes", 1)):
+        return
+    world = world_size_of(trainer)
+    if world <= 1:
+        return
+    batch, micro = _raw(cfg, "data.batch_size"), _raw(cfg, "data.micro_batch_size")
+    if is_int(batch) and batch % world:
+        errors.append(f"data.batch_size={batch} (records per optimizer step) must be a multiple of the {world} ranks "
+                      f"(trainer.devices × trainer.num_nodes): each rank takes batch_size / {world}")
+    elif is_int(batch) and is_int(micro) and 0 < micro < batch // world and (batch // world) % micro:
+        errors.append(f"data.micro_batch_size={micro} must divide each rank's {batch // world} records "
+                      f"(data.batch_size={batch} over {world} ranks)")
+    if _raw(cfg, "generator._target_") == "models.vllm_generator.VLLMGenerator":
+        errors.append(f"generator=vllm with {world} ranks: one engine per rank is not built yet; use generator=hf "
+                      f"with ranks, or vLLM in one process")
+    strategy = strategy_name(trainer)
+    if strategy == "ModelParallelStrategy" and _raw(cfg, "model.lora"):
+        errors.append("hardware=fsdp with model.lora: FSDP2 over a peft model is not supported yet; use "
+                      "hardware=ddp for LoRA")
+    stage = _raw(cfg, "trainer.strategy.config.zero_optimization.stage")
+    if strategy == "DeepSpeedStrategy" and stage == 3 and _raw(cfg, "data.prompts_per_round") is not None:
+        errors.append("hardware=deepspeed_zero3 with rollouts: generating from ZeRO-3's partitioned weights is not "
+                      "built yet (ranks' uneven shares would wait on each other's gathers); use hardware=fsdp or "
+                      "hardware=deepspeed_zero2")
