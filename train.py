@@ -82,7 +82,7 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
 def launch_ranks(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
     """A multi-process job started here: validate every stage and check the folder (writing nothing),
     then run the job's ranks under torchrun (trainers/launch.py); their summary."""
-    _plan(cfg, user_overrides, out)
+    _, cfg, _ = _plan(cfg, user_overrides, out)  # a resume: the run's recorded config
     return run_ranks(cfg.trainer, user_overrides, out, group, name)
 
 
@@ -99,6 +99,14 @@ def _plan(cfg: DictConfig, user_overrides: list[str], out: Path):
     cfg = compose("train", overrides=plan.overrides)
     say0(f"resuming {out} (resume {plan.resume}) with its recorded overrides: {plan.overrides}")
     return plan, cfg, plan_stages(cfg, plan.overrides)
+
+
+def _run_trainer(cfg: DictConfig, user_overrides: list[str], out: Path) -> DictConfig:
+    """The `trainer` node the job runs with: a resumed run's comes from its recorded overrides."""
+    if not cfg.resume:
+        return cfg.trainer
+    plan = plan_run(out, user_overrides, resume=True, allow_changes=bool(cfg.get("resume_allow_changes")))
+    return compose("train", overrides=plan.overrides).trainer
 
 
 def _run_stage(s, policy, tokenizer, resume: int, out: Path):
@@ -142,8 +150,9 @@ def main(cfg: DictConfig) -> float | None:
         _no_log_file()
     overrides = OmegaConf.to_container(hc.overrides.task)  # as typed: resolving would turn '${reward}' into a node
     try:
-        check_environment(cfg.trainer)  # leaked SLURM variables, a self-launching strategy, nodes
-        run = launch_ranks if needs_launch(cfg.trainer) else train
+        trainer = _run_trainer(cfg, overrides, out)  # a resume: the run's own hardware
+        check_environment(trainer)  # leaked SLURM variables, a self-launching strategy, nodes
+        run = launch_ranks if needs_launch(trainer) else train
         stages = run(cfg, overrides, out, group, name)
     except Exception as e:  # the project's own errors: one line each (the traceback: HYDRA_FULL_ERROR=1)
         if user_error(e) is None or full_traceback():

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from trainers import distributed
 
 CHECKPOINT_NAME = re.compile(r"epoch=(\d+)-step=(\d+)\.ckpt$")
 
@@ -181,8 +182,9 @@ class ResumeState(L.Callback):
         if self._signal is not None:  # a second signal: stop now, without a checkpoint
             raise KeyboardInterrupt
         self._signal = signum
-        print(f"\n[checkpoint] {signal.Signals(signum).name}: stopping after this step and writing "
-              f"{self.last_path} (send it again to stop at once, without a checkpoint)", flush=True)
+        if distributed.is_zero():
+            print(f"\n[checkpoint] {signal.Signals(signum).name}: stopping after this step and writing "
+                  f"{self.last_path} (send it again to stop at once, without a checkpoint)", flush=True)
 
     def _restore_handlers(self) -> None:
         for sig, handler in self._previous.items():
@@ -201,8 +203,13 @@ class ResumeState(L.Callback):
         self._stop_if_signalled(trainer)  # the round end (the next round made) is a clean point too
 
     def _stop_if_signalled(self, trainer) -> None:
-        if self._signal is not None:
-            raise RunInterrupted(self._signal, trainer.global_step)
+        """Stop when this rank, or any rank, was signalled: every rank stops after the same step (one
+        reduced decision), so the checkpoint they then write together is consistent."""
+        signalled = self._signal is not None
+        if trainer.world_size > 1:
+            signalled = trainer.strategy.reduce_boolean_decision(signalled, all=False)
+        if signalled:
+            raise RunInterrupted(self._signal or signal.SIGTERM, trainer.global_step)
 
     def on_exception(self, trainer, pl_module, exception):
         self._restore_handlers()

@@ -99,22 +99,26 @@ def run_ranks(trainer: DictConfig, overrides: list[str], out: Path, group: str, 
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // n)))  # torchrun would say 1, loudly
     env.update(dict(zip(NAME_ENV, (group, name))))
     print(f"[launch] {n} ranks under torchrun into {out}", flush=True)
-    rc = _wait_forwarding_signals(subprocess.Popen(cmd, env=env))
+    rc, signum = _wait_forwarding_signals(subprocess.Popen(cmd, env=env))
+    if signum is not None:  # stopped on purpose: the ranks wrote their checkpoint (resume=true continues)
+        raise SystemExit(128 + signum)
     if rc != 0:
-        if rc in (128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT):
-            raise SystemExit(128 + signal.SIGTERM)
         raise RankFailure(f"a rank of the job in {out} failed (torchrun exit status {rc}); its error is above")
     path = out / "summary.json"
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _wait_forwarding_signals(proc: subprocess.Popen) -> int:
-    """Wait for `proc`, passing SIGTERM/SIGINT on to it (torchrun stops the ranks, which checkpoint)."""
+def _wait_forwarding_signals(proc: subprocess.Popen) -> tuple[int, int | None]:
+    """Wait for `proc`, passing SIGTERM/SIGINT on to it (torchrun passes it to the ranks, which stop
+    after the same step and checkpoint); (its exit status, the first signal forwarded or None)."""
+    received: list[int] = []
+
     def forward(signum, frame):
+        received.append(signum)
         proc.send_signal(signum)
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return proc.wait()
+        return proc.wait(), (received[0] if received else None)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

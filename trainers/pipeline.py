@@ -24,7 +24,7 @@ from data_modules.tasks.jsonl import DataFileError
 from trainers import distributed
 from trainers.checkpointing import AtomicCheckpointIO, ResumeState
 from trainers.data_checks import check_stage_data
-from trainers.launch import world_size_of
+from trainers.launch import launched, world_size_of
 from trainers.overrides import has_key, takes, unmatched_problem
 from trainers.validation import ConfigError, validate
 
@@ -199,6 +199,9 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     metrics). The final state goes to checkpoints/<stage>/final.ckpt, so a resumed run can skip this
     stage. SIGTERM/SIGINT during training write checkpoints/<stage>/last.ckpt and raise RunInterrupted."""
     cfg, start = stage.cfg, time.perf_counter()
+    if world_size_of(cfg.trainer) > 1 and not launched():  # never Lightning's own launcher (sys.argv replay)
+        raise RuntimeError("several ranks asked for in a process that no launcher started: train.py starts "
+                           "them (trainers/launch.py); call run_stage from each rank")
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if policy is None:
         policy, tokenizer = instantiate(cfg.model)

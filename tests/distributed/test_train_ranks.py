@@ -97,3 +97,27 @@ def test_leaked_slurm_variables_are_named_and_nothing_is_written(tmp_path):
     assert "SLURM_NTASKS=1" in proc.stderr and "asks for 2 process" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not out.exists() or not any(p.name in RUN_FILES - {"train.log"} for p in out.iterdir())
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_rank_at_one_step_and_resume_continues_on_ranks(tmp_path):
+    """SIGTERM to train.py reaches every rank (through torchrun); they stop after the same step (one
+    reduced decision), write one last.ckpt and exit 143; `resume=true` alone relaunches the ranks."""
+    import signal
+
+    import torch
+
+    from tests.test_resume import start_train, wait_for
+    out = tmp_path / "run"
+    proc = start_train("hardware=ddp", *RANKS, "trainer.max_steps=400", "checkpoint_every_n_rounds=1",
+                       f"hydra.run.dir={out}")
+    wait_for(out / "checkpoints" / "grpo" / "epoch=0-step=2.ckpt", proc)
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=180)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    step = torch.load(out / "checkpoints" / "grpo" / "last.ckpt", weights_only=False)["global_step"]
+    assert f"stopped by SIGTERM at step {step}" in output and 2 <= step < 400
+    resumed = train("resume=true", f"hydra.run.dir={out}", timeout=400)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    assert "[launch] 2 ranks" in resumed.stdout and "(resuming from" in resumed.stdout
+    assert json.loads((out / "summary.json").read_text())["grpo"]["train/steps"] == 400
