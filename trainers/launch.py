@@ -59,7 +59,8 @@ def strategy_name(trainer: DictConfig) -> str:
 
 def launched() -> bool:
     """Whether this process is one rank of a launched job (torchrun, or a SLURM task per rank)."""
-    return any(k in os.environ for k in LAUNCHED_ENV) or "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ
+    slurm_task = "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ
+    return slurm_task or any(k in os.environ for k in LAUNCHED_ENV)
 
 
 def check_environment(trainer: DictConfig) -> None:
