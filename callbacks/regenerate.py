@@ -75,6 +75,8 @@ class RegenerateExperience(L.Callback):
         getattr(dm, "on_trigger", lambda reason: None)(trigger)  # replay_mix: fresh round after drift
         mine = distributed.shard(dm.next_prompts())  # this rank's groups (all of them with one process)
         prompts = [p for p in mine for _ in range(dm.group_size)]
+        if distributed.world_size() > 1:  # each rank its own random stream (seed_everything gave all one)
+            torch.manual_seed(dm.seed * 1_000_003 + 7_919 * self.rounds + distributed.rank())
         with full_weights(pl_module):  # FSDP: gathered once for the whole round; a no-op otherwise
             local = self._local_round(pl_module, dm, prompts)
         records, rewards, out, report, mismatch, prompt_tokens = self._whole_round(*local, prompts)
