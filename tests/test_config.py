@@ -55,6 +55,8 @@ def test_every_choice_composes_and_resolves(hydra_conf, tmp_path, jsonl_file, gr
         assert resolved["trainer"]["accelerator"] == expected
     elif group == "experiment":
         assert isinstance(resolved["stages"], list)
+    elif group == "scheduler":  # `# @package algorithm.scheduler`
+        assert resolved["algorithm"]["scheduler"]["_target_"].startswith("transformers.get_")
     elif group not in ("logger", "hparams_search"):  # hparams_search sets hydra.sweeper only
         assert resolved[group], f"{group}={choice} composed to an empty node"
 

@@ -47,6 +47,7 @@ def check_values(cfg: DictConfig, errors: list[str]) -> None:
                 alternative = f", or {keys[key]}" if isinstance(keys, dict) else ""
                 errors.append(f"{key}={value!r} must be {what}{alternative}")
     _check_seed_and_epochs(cfg, errors)
+    _check_schedule_length(cfg, errors)
     _check_sandbox_budget(cfg, errors)
 
 
@@ -58,6 +59,15 @@ def _check_seed_and_epochs(cfg: DictConfig, errors: list[str]) -> None:
     if epochs is not None and not (is_int(epochs) and (epochs > 0 or epochs == -1)):
         errors.append(f"trainer.max_epochs={epochs!r} must be a positive integer, or -1 for no limit (then "
                       f"trainer.max_steps ends the stage)")
+
+
+def _check_schedule_length(cfg: DictConfig, errors: list[str]) -> None:
+    """scheduler=linear|cosine: the decay's length (by default ${trainer.max_steps}, reported under that
+    key when it is the bad one) must be a positive integer."""
+    length = _raw(cfg, "algorithm.scheduler.num_training_steps")
+    if length is not None and length != _raw(cfg, "trainer.max_steps") and not (is_int(length) and length > 0):
+        errors.append(f"algorithm.scheduler.num_training_steps={length!r} must be a positive integer (the "
+                      f"optimizer steps the learning rate decays over; default: trainer.max_steps)")
 
 
 def _check_sandbox_budget(cfg: DictConfig, errors: list[str]) -> None:
