@@ -5,6 +5,7 @@
     python train.py -m seed=1,2,3                    # a sweep: one output dir and W&B run per job
     python train.py resume=true hydra.run.dir=DIR    # continue a killed run from its checkpoints
     python train.py hardware=ddp trainer.devices=2   # 2 ranks (started under torchrun: trainers/launch.py)
+    python train.py print_config=true                # every stage's resolved config; runs and writes nothing
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ from models.lora import save_policy  # noqa: E402
 from trainers.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E402
 from trainers.command_line import exit_on_bad_command_line  # noqa: E402
 from trainers.errors import exit_with, full_traceback, user_error  # noqa: E402
-from trainers.pipeline import (checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
-                               print_batch_arithmetic, run_stage, say0, set_run_fields)
+from trainers.pipeline import (batch_arithmetic, checkpoint_dir, load_finished_policy,  # noqa: E402
+                               plan_stages, print_batch_arithmetic, run_stage, say0, set_run_fields)
 from trainers import distributed  # noqa: E402
 from trainers.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
 from trainers.run_record import RunPlan, plan_run, write_record  # noqa: E402
@@ -77,6 +78,23 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
         summary.print()
         print(f"outputs: {out} (config.yaml, summary.json, {', '.join(p.name + '/' for p in saved)})")
     return summary.stages
+
+
+def print_stages(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
+    """print_config=true: plan and validate every stage as `train` would (a resume: the run's recorded
+    settings), print each stage's resolved config with its batch arithmetic, and stop: no model is built,
+    nothing is trained, no file is written (main removes the log file Hydra opened in the run dir)."""
+    overrides = [o for o in user_overrides if o.split("=")[0].lstrip("+~") != "print_config"]  # not a run setting
+    plan, _, stages = _plan(cfg, overrides, out)
+    for i, s in enumerate(stages, 1):
+        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id,
+                       log_version=_log_version(out, s.name, plan.resume))
+        done = " (finished in the resumed run: skipped)" if s.name in plan.finished else ""
+        print(f"# ===== stage {i}/{len(stages)}: {s.name}{done}\n# [batch] {batch_arithmetic(s.cfg)}")
+        print(OmegaConf.to_yaml({s.name: OmegaConf.to_container(s.cfg, resolve=True)}), flush=True)
+    print(f"# print_config=true: {len(stages)} stage(s) planned and validated; nothing was trained or written "
+          f"(drop print_config to run them)")
+    return {}
 
 
 def launch_ranks(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
@@ -149,27 +167,48 @@ def main(cfg: DictConfig) -> float | None:
     if not distributed.is_zero():
         _no_log_file()
     overrides = OmegaConf.to_container(hc.overrides.task)  # as typed: resolving would turn '${reward}' into a node
+    printing = bool(cfg.get("print_config"))
+    log_files = _no_log_file() if printing else []  # print_config=true leaves the run dir as it found it
     try:
-        trainer = _run_trainer(cfg, overrides, out)  # a resume: the run's own hardware
-        check_environment(trainer)  # leaked SLURM variables, a self-launching strategy, nodes
-        run = launch_ranks if needs_launch(trainer) else train
-        stages = run(cfg, overrides, out, group, name)
+        if printing:
+            stages = print_stages(cfg, overrides, out, group, name)
+        else:
+            trainer = _run_trainer(cfg, overrides, out)  # a resume: the run's own hardware
+            check_environment(trainer)  # leaked SLURM variables, a self-launching strategy, nodes
+            run = launch_ranks if needs_launch(trainer) else train
+            stages = run(cfg, overrides, out, group, name)
     except Exception as e:  # the project's own errors: one line each (the traceback: HYDRA_FULL_ERROR=1)
         if user_error(e) is None or full_traceback():
             raise
         exit_with(e)
     finally:
         _finish_wandb()
+        _remove_if_empty(log_files, out)
+    if not stages:  # print_config=true
+        return None
     last = list(stages.values())[-1]
     return last.get("val/accuracy_after")  # the optimized metric for sweepers
 
 
-def _no_log_file() -> None:
-    """A rank > 0 logs to the console only: Hydra's job log file in the run folder is rank 0's."""
+def _no_log_file() -> list[Path]:
+    """A rank > 0 logs to the console only: Hydra's job log file in the run folder is rank 0's (and
+    print_config=true writes none). The files those handlers had opened."""
+    files = []
     for handler in list(logging.root.handlers):
         if isinstance(handler, logging.FileHandler):
             logging.root.removeHandler(handler)
             handler.close()
+            files.append(Path(handler.baseFilename))
+    return files
+
+
+def _remove_if_empty(files: list[Path], out: Path) -> None:
+    """The empty log files given, then the run dir if nothing else is in it (Hydra made both before main)."""
+    for f in files:
+        if f.is_file() and f.stat().st_size == 0:
+            f.unlink()
+    if files and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
 
 
 def _finish_wandb() -> None:
