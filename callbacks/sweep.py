@@ -9,11 +9,16 @@ Registered in conf/train.yaml under `hydra.callbacks`. Reads every job dir `<swe
 - `sweep_accuracy_vs_tokens.png`: held-out accuracy against generated tokens (last stage's `val/curve`),
   one line per config: mean over seeds, band = min..max; seeds aligned by eval index.
 
-The tables are also rewritten after every job, so a sweep that aborts (Hydra's basic sweeper raises
-before `on_multirun_end` when a job fails) still leaves them. Nothing here ever raises into Hydra.
+All three are rewritten after every job (`on_job_end`), so a sweep that aborts still leaves them:
+Hydra's basic sweeper raises before `on_multirun_end` when a job raised. A job that ends the process
+instead (train.py turns the project's own errors into `SystemExit(1)`, a signal into 128 + its number)
+gets no `on_job_end` from Hydra and ends the sweep: an exit handler registered at `on_multirun_start`
+then writes the summary once more, with that job's dir listed as `failed`. Nothing here ever raises
+into Hydra.
 """
 from __future__ import annotations
 
+import atexit
 import csv
 import json
 import os
@@ -33,17 +38,47 @@ _LAST_STAGE_KEYS = {"accuracy_after": "val/accuracy_after", "accuracy_before": "
                     "reward_gain_per_mtok": "cost/reward_gain_per_mtok"}
 
 
+PLOT = "sweep_accuracy_vs_tokens.png"
+
+
 class SweepSummary(Callback):
+    def __init__(self) -> None:
+        self._pending: Path | None = None  # a sweep dir whose summary the exit handler still owes
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        self._pending = Path(config.hydra.sweep.dir)
+        atexit.register(self._at_exit)  # a job's SystemExit skips on_job_end and on_multirun_end
+
     def on_job_end(self, config, job_return=None, **kwargs) -> None:
         if str(OmegaConf.select(config, "hydra.mode", default="MULTIRUN")).endswith("MULTIRUN"):
-            _guarded("tables", lambda: write_tables(Path(config.hydra.sweep.dir)))
+            write_summary(Path(config.hydra.sweep.dir))
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        self._done()
         sweep = Path(config.hydra.sweep.dir)
-        jobs = _guarded("tables", lambda: write_tables(sweep))
+        jobs = write_summary(sweep, final=True)
         if jobs:
-            _guarded("plot", lambda: plot(jobs, sweep / "sweep_accuracy_vs_tokens.png"))
             print(f"[sweep] {len(jobs)} jobs summarised in {sweep}/sweep_summary*.csv")
+
+    def _at_exit(self) -> None:
+        """The process ends before on_multirun_end (a job exited, Ctrl+C): the summary as it stands."""
+        sweep, self._pending = self._pending, None
+        if sweep is not None and sweep.is_dir():
+            jobs = write_summary(sweep, final=True)
+            if jobs:
+                print(f"[sweep] stopped early: {len(jobs)} jobs summarised in {sweep}/sweep_summary*.csv")
+
+    def _done(self) -> None:
+        self._pending = None
+        atexit.unregister(self._at_exit)
+
+
+def write_summary(sweep: Path, final: bool = False) -> list[dict] | None:
+    """The tables, then the plot (each guarded): after every job, at the sweep's end, at exit."""
+    jobs = _guarded("tables", lambda: write_tables(sweep))
+    if jobs:
+        _guarded("plot", lambda: plot(jobs, sweep / PLOT, quiet=not final))
+    return jobs
 
 
 def _guarded(what: str, fn):
@@ -145,15 +180,18 @@ def mean_curve(curves: list[list[dict]]) -> tuple[list[float], list[float], list
     return x, [statistics.fmean(a) for a in accs], [min(a) for a in accs], [max(a) for a in accs]
 
 
-def plot(jobs: list[dict], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: only at the end of a sweep
+def plot(jobs: list[dict], path: Path, quiet: bool = False) -> None:
+    """The accuracy-vs-tokens plot, written atomically (jobs of a parallel launcher may end together);
+    `quiet`: no line when there is nothing to plot yet (after a job)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: only once a job has ended
     from matplotlib.figure import Figure
 
     groups = {c: [j["_curve"] for j in g if j["status"] == "ok" and j["_curve"]]
               for c, g in _group(jobs).items()}
     groups = {c: curves for c, curves in groups.items() if curves}
     if not groups:
-        print("[sweep] no finished job has a val/curve: no plot")
+        if not quiet:
+            print("[sweep] no finished job has a val/curve: no plot")
         return
     fig = Figure(figsize=(7, 4.5), dpi=120)
     FigureCanvasAgg(fig)
@@ -167,7 +205,9 @@ def plot(jobs: list[dict], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    fig.savefig(tmp)
+    os.replace(tmp, path)
 
 
 def _short_labels(configs: list[str]) -> dict[str, str]:

@@ -128,13 +128,71 @@ def test_a_plotting_error_keeps_the_tables_and_never_raises(fake_sweep, monkeypa
     SweepSummary().on_multirun_end(config=OmegaConf.create({"hydra": {"sweep": {"dir": "/nonexistent"}}}))
 
 
-def test_tables_are_rewritten_after_each_job(fake_sweep):
-    """Hydra's basic sweeper raises before on_multirun_end when any job failed: the tables still exist."""
-    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(fake_sweep)}}})
-    SweepSummary().on_job_end(config=config, job_return=None)
+def job_config(sweep: Path):
+    return OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
+
+
+def test_tables_and_plot_are_rewritten_after_each_job(fake_sweep):
+    """Hydra's basic sweeper raises before on_multirun_end when any job failed: everything still exists."""
+    SweepSummary().on_job_end(config=job_config(fake_sweep), job_return=None)
     assert len(read_csv(fake_sweep / "sweep_summary.csv")[1]) == 5
     assert (fake_sweep / "sweep_summary_by_config.csv").is_file()
-    assert not (fake_sweep / "sweep_accuracy_vs_tokens.png").exists()  # the plot only at the end
+    png = (fake_sweep / "sweep_accuracy_vs_tokens.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 1024
+    assert not list(fake_sweep.glob(".*tmp*"))  # written through a temporary file, renamed into place
+
+
+def test_a_failing_job_leaves_the_tables_and_the_plot_without_multirun_end(fake_sweep, monkeypatch, capsys):
+    """The hooks as Hydra's basic sweeper calls them when the last job raises: on_multirun_start, each
+    job's on_job_end (the failed one's too, with a FAILED JobReturn), then the sweep raises: no
+    on_multirun_end."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    exits = []
+    monkeypatch.setattr(sweep_mod.atexit, "register", exits.append)
+    monkeypatch.setattr(sweep_mod.atexit, "unregister", exits.remove)
+    cb, config = SweepSummary(), job_config(fake_sweep)
+    cb.on_multirun_start(config=config)
+    failed = JobReturn(status=JobStatus.FAILED, _return_value=RuntimeError("every sample dropped"))
+    for num in range(5):  # job 4 is the crashed one (no summary.json)
+        cb.on_job_end(config=config, job_return=failed if num == 4 else JobReturn(status=JobStatus.COMPLETED))
+        assert (fake_sweep / "sweep_accuracy_vs_tokens.png").is_file()
+    _, jobs = read_csv(fake_sweep / "sweep_summary.csv")
+    assert [(r["job"], r["status"]) for r in jobs][-1] == ("4", "failed")
+    assert "no plot" not in capsys.readouterr().out  # after a job: quiet
+    assert exits == [cb._at_exit]  # the exit handler is still owed: the process exits with the error
+
+
+def test_a_job_that_exits_the_process_is_summarised_at_exit(tmp_path, monkeypatch, capsys):
+    """train.py turns the project's errors into SystemExit, which Hydra's run_job does not catch: the
+    failing job gets no on_job_end and the sweep no on_multirun_end. The exit handler writes the summary."""
+    exits = []
+    monkeypatch.setattr(sweep_mod.atexit, "register", exits.append)
+    monkeypatch.setattr(sweep_mod.atexit, "unregister", exits.remove)
+    sweep = tmp_path / "sweep"
+    cb, config = SweepSummary(), job_config(sweep)
+    cb.on_multirun_start(config=config)
+    make_job(sweep, 0, ["seed=1"], {"grpo": grpo(0.0, 0.5, 100, 1.0, curve([0, 100], [0.0, 0.5]))})
+    cb.on_job_end(config=config, job_return=None)
+    (sweep / "1").mkdir()  # job 1 stopped on a config error before train.py wrote anything into its dir
+    (handler,) = exits
+    handler()  # what the interpreter runs on its way out
+    _, jobs = read_csv(sweep / "sweep_summary.csv")
+    assert [(r["job"], r["status"]) for r in jobs] == [("0", "ok"), ("1", "failed")]
+    assert (sweep / "sweep_accuracy_vs_tokens.png").read_bytes().startswith(PNG_MAGIC)
+    assert "stopped early: 2 jobs" in capsys.readouterr().out
+    handler()  # once only
+    assert "stopped early" not in capsys.readouterr().out
+
+
+def test_a_finished_sweep_owes_nothing_at_exit(fake_sweep, monkeypatch):
+    exits = []
+    monkeypatch.setattr(sweep_mod.atexit, "register", exits.append)
+    monkeypatch.setattr(sweep_mod.atexit, "unregister", exits.remove)
+    cb, config = SweepSummary(), job_config(fake_sweep)
+    cb.on_multirun_start(config=config)
+    cb.on_multirun_end(config=config)
+    assert exits == []
 
 
 def test_a_single_run_writes_no_sweep_tables(tmp_path):
@@ -161,5 +219,22 @@ def test_real_two_job_multirun_writes_the_summary(tmp_path):
         assert 0.0 <= float(r["accuracy_after"]) <= 1.0 and float(r["generated_tokens"]) > 0
     _, (config,) = read_csv(sweep / "sweep_summary_by_config.csv")
     assert config["n_seeds"] == "2"
+    png = (sweep / "sweep_accuracy_vs_tokens.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 1024
+
+
+def test_real_multirun_with_a_failing_job_still_writes_the_summary(tmp_path):
+    """train.py -m trainer.max_steps=2,-1: job 1 stops on a config error (SystemExit) and ends the sweep;
+    the summary lists job 0 and job 1 (failed), and the plot exists."""
+    from tests.helpers import TINY
+    from tests.test_train_e2e import train
+
+    sweep = tmp_path / "sweep"
+    proc = train("-m", "experiment=single", "algorithm=grpo", "seed=1", "trainer.max_steps=2,-1",
+                 "data.prompts_per_round=4", "data.batch_size=32", "generator.max_new_tokens=6",
+                 "callbacks.evaluate.every_n_steps=1", *TINY, f"hydra.sweep.dir={sweep}", timeout=120)
+    assert proc.returncode == 1 and "trainer.max_steps=-1" in proc.stderr, proc.stderr[-3000:]
+    _, jobs = read_csv(sweep / "sweep_summary.csv")
+    assert [(r["job"], r["status"]) for r in jobs] == [("0", "ok"), ("1", "failed")]
     png = (sweep / "sweep_accuracy_vs_tokens.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 1024
