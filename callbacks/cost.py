@@ -2,7 +2,10 @@
 
 Generation is counted by RegenerateExperience (prompt/generated tokens, generation seconds, records
 generated and dropped); this callback adds the training side and the verdict:
-    cost/train_seconds, cost/trained_tokens     time in training steps; prompt+completion tokens trained on
+    cost/train_seconds, cost/trained_tokens     time in training steps (from the ledger's on_train_batch_start
+                                                to the first on_train_batch_end hook: held-out evaluation
+                                                and other callbacks' batch-end work left out); prompt+completion
+                                                tokens trained on
     cost/records_used                           distinct records served at least once
     cost/records_evicted_unused                 records the buffer dropped before they were ever served
     cost/records_unused_at_end                  records still in the buffer, never served, at the end
@@ -24,25 +27,48 @@ from callbacks.logging import find_callback, log_now
 from trainers import distributed
 
 
+class StepClock(L.Callback):
+    """Stops the ledger's step clock in the first on_train_batch_end hook of the step, before any other
+    callback's (held-out evaluation, preference evaluation, the progress bar, drift checks): CostLedger
+    puts it at the head of the trainer's callbacks at setup. Holds no state of its own."""
+
+    def __init__(self, ledger: CostLedger):
+        self.ledger = ledger
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.ledger.stop_clock()
+
+
 class CostLedger(L.Callback):
     def __init__(self, usd_per_mtok_generated: float, usd_per_mtok_trained: float):
         self.usd_gen, self.usd_train = usd_per_mtok_generated, usd_per_mtok_trained
         self.train_seconds = self.round_train_seconds = 0.0
         self.trained_tokens = self.serves = self.records_used = 0
         self.unused_at_end = 0
-        self._t0 = 0.0
+        self._t0 = self._dt = 0.0
+        self._clock = StepClock(self)
         self._pending = {"seconds": 0.0, "tokens": 0.0, "serves": 0.0, "used": 0.0}  # since the last report
         self.generation: dict = {}  # RegenerateExperience.totals, read at each report
         self.reward_first = self.reward_last = None
         self.accuracy_before = self.accuracy_after = None
         self.last: dict[str, float] = {}
 
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if not any(cb is self._clock for cb in trainer.callbacks):  # a new list: Lightning iterates the old one
+            trainer.callbacks = [self._clock, *trainer.callbacks]
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self._t0 = time.perf_counter()
+        self._t0, self._dt = time.perf_counter(), None
+
+    def stop_clock(self) -> None:
+        """The step's training time ends here (StepClock, first of the batch-end hooks)."""
+        if self._dt is None:
+            self._dt = time.perf_counter() - self._t0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         """Counts this rank's share of the step; `ledger` adds up the ranks' counts at each report."""
-        dt = time.perf_counter() - self._t0
+        self.stop_clock()  # already stopped by StepClock unless the ledger runs without it
+        dt = self._dt
         sequences = getattr(batch, "sequences", batch)  # a PreferenceBatch wraps its 2B sequences
         records = getattr(batch, "records", [])
         self._pending["seconds"] += dt

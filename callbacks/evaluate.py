@@ -1,16 +1,27 @@
 """Held-out evaluation: greedy decoding on the task's held-out examples, scored by the exact verifier.
 
-Runs at fit start (the "before" number), every `every_n_steps` optimizer steps, and at train end (the
-"after" number). With ranks, each decodes its share of the examples and all get the whole set's
-numbers; only rank 0 logs and prints. The before number
+Runs at fit start (the "before" number), during the stage on the steps `schedule` names (or, with no
+schedule, every `every_n_steps` optimizer steps), and at train end (the "after" number). A schedule is
+    [10, 25, 50, 100]     exactly these optimizer steps
+    "5:50,25"             EVERY:UNTIL segments, the last one may be a bare EVERY: the steps that are
+                          multiples of 5 up to step 50, then the multiples of 25 after it (dense early)
+    "10:100,50:500"       multiples of 10 up to 100, of 50 up to 500, none after
+(on the command line quote a string with commas: 'callbacks.evaluate.schedule="5:50,25"'; in YAML quote
+it too: an unquoted 5:50 is YAML's base-60 number 350). With ranks, each decodes its share of the
+examples and all get the whole set's numbers; only rank 0 logs and prints. The before number
 and the curve are checkpointed: a resumed stage reports the accuracy it started from, not the one at
-the resume point.
+the resume point. The curve's `generated_tokens` are the tokens generated for the rounds that the
+optimizer steps so far trained on: 0 at step 0 (round 1, made at fit start, is not trained on yet).
+Each evaluation's seconds add up in `seconds` (the cost ledger keeps evaluation out of cost/train_seconds).
 """
 from __future__ import annotations
 
 import copy
+import time
+from dataclasses import dataclass
 
 import lightning as L
+from omegaconf import ListConfig
 from torchmetrics import MeanMetric
 
 from callbacks.logging import find_callback, log_now, say
@@ -42,17 +53,84 @@ def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: Re
             **({"first_error": report.first_error} if report.first_error else {})}
 
 
+SCHEDULE_FORMS = ("null (every callbacks.evaluate.every_n_steps steps), a list of steps ([10, 50, 100]) or "
+                  "'EVERY:UNTIL,...,EVERY' ('5:50,25': every 5 steps up to step 50, then every 25)")
+
+
+@dataclass(frozen=True)
+class EvalSchedule:
+    """When held-out evaluation runs during a stage: listed steps, or (every, until) segments in order,
+    `until` None for the last one's open end. Step 0 and the stage's end are evaluated anyway."""
+    steps: frozenset = frozenset()
+    segments: tuple = ()
+
+    def due(self, step: int) -> bool:
+        if step in self.steps:
+            return True
+        for every, until in self.segments:  # the first segment whose range holds the step decides
+            if until is None or step <= until:
+                return step % every == 0
+        return False
+
+
+def parse_schedule(value) -> EvalSchedule | None:
+    """callbacks.evaluate.schedule as an EvalSchedule (None: none given); ValueError says what is wrong."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple, ListConfig)):
+        steps = list(value)
+        bad = [s for s in steps if not (_is_int(s) and s > 0)]
+        if not steps or bad:
+            raise ValueError(f"step {bad[0]!r} is not an integer ≥ 1" if bad else "the list of steps is empty")
+        return EvalSchedule(steps=frozenset(steps))
+    if not isinstance(value, str):
+        raise ValueError("a number is not a schedule (one interval: callbacks.evaluate.every_n_steps=N; in YAML "
+                         "quote a schedule: an unquoted 5:50 is the number 350)" if isinstance(value, (int, float))
+                         else f"a {type(value).__name__} is not a schedule")
+    parts, segments, lower = [p.strip() for p in value.split(",")], [], 0
+    for i, part in enumerate(parts):
+        every, colon, until = part.partition(":")
+        if not colon and i < len(parts) - 1:
+            raise ValueError(f"segment {part!r} needs EVERY:UNTIL (only the last may be a bare EVERY)")
+        every = _positive(every, part)
+        until = _positive(until, part) if colon else None
+        if until is not None and until <= lower:
+            raise ValueError(f"segment {part!r} must end after step {lower}, where the one before it ends")
+        segments.append((every, until))
+        lower = until or lower
+    return EvalSchedule(segments=tuple(segments))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(text: str, part: str) -> int:
+    if not (text.strip().isascii() and text.strip().isdigit()) or int(text) < 1:
+        raise ValueError(f"{text.strip()!r} in segment {part!r} is not an integer ≥ 1")
+    return int(text)
+
+
 class HeldOutEvaluation(L.Callback):
     def __init__(self, generator: HFGenerator, verifier: RewardSource, task: Task,
-                 every_n_steps: int, num_examples: int | None):
+                 every_n_steps: int, num_examples: int | None, schedule: str | list | None = None):
         self.generator, self.verifier, self.task = generator, verifier, task
         self.every_n_steps, self.num_examples = every_n_steps, num_examples
+        self.schedule = parse_schedule(schedule)  # None: every_n_steps
         self.before: dict | None = None
         self.after: dict | None = None
         self.history: list[tuple[int, float]] = []
         self.curve: list[dict] = []  # {step, generated_tokens, accuracy}: accuracy against rollout cost
+        self.seconds = 0.0  # spent evaluating in this process (CostLedger leaves it out of cost/train_seconds)
+
+    def due(self, step: int) -> bool:
+        """Whether the stage evaluates after optimizer step `step` (> 0)."""
+        if self.schedule is not None:
+            return self.schedule.due(step)
+        return bool(self.every_n_steps) and step % self.every_n_steps == 0
 
     def _run(self, trainer, pl_module) -> dict:
+        start = time.perf_counter()
         with full_weights(pl_module):  # FSDP: gathered once (ranks decode uneven shares)
             result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
                               self.verifier, self.num_examples)
@@ -60,11 +138,13 @@ class HeldOutEvaluation(L.Callback):
         if error:
             say(trainer, f"WARNING [eval] {result['val/unscored']:.0f} held-out answers unscored, counted wrong: {error}")
         self.history.append((trainer.global_step, result["val/accuracy"]))
-        self.curve.append({"step": trainer.global_step, "generated_tokens": generated_tokens(trainer),
+        tokens = generated_tokens(trainer) if trainer.global_step > 0 else 0  # round 1 is not trained on yet
+        self.curve.append({"step": trainer.global_step, "generated_tokens": tokens,
                            "accuracy": result["val/accuracy"]})
         log_now(trainer, result)
         say(trainer, f"[eval] step {trainer.global_step}: held-out greedy accuracy "
                      f"{result['val/accuracy']:.3f} on {len(self.task.heldout[:self.num_examples])}")
+        self.seconds += time.perf_counter() - start
         return result
 
     def on_fit_start(self, trainer, pl_module):
@@ -76,7 +156,7 @@ class HeldOutEvaluation(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
-        if self.every_n_steps and step % self.every_n_steps == 0 and step < trainer.max_steps:
+        if step > 0 and step < trainer.max_steps and self.due(step):
             if not self.history or self.history[-1][0] != step:
                 self._run(trainer, pl_module)
 

@@ -185,6 +185,10 @@ CASES: list[Case] = [
       "error: stage sft: generator.max_new_tokens=2.5 must be a positive integer"),
     C("every-n-steps", "a negative evaluation interval", ("callbacks.evaluate.every_n_steps=-1",),
       "error: stage sft: callbacks.evaluate.every_n_steps=-1 must be an integer ≥ 0"),
+    C("eval-schedule", "an evaluation schedule that does not parse", ('callbacks.evaluate.schedule="5:50,x"',),
+      "error: stage sft: callbacks.evaluate.schedule='5:50,x' must be null (every callbacks.evaluate.every_n_steps "
+      "steps), a list of steps ([10, 50, 100]) or 'EVERY:UNTIL,...,EVERY' ('5:50,25': every 5 steps up to step 50, "
+      "then every 25): 'x' in segment 'x' is not an integer ≥ 1"),
     C("group-size-zero", "groups of 0", ("algorithm.group_size=0",),
       "error: stage grpo: algorithm.group_size=0 must be a positive integer"),
     C("group-size-one", "groups of 1 for group-relative advantages", ("algorithm.group_size=1",),

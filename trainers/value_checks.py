@@ -1,10 +1,10 @@
 """Checks of single values and of the hardware, before anything is built: counts must be integers (a
 `trainer.max_steps=2.5` would otherwise run 3 steps), limits must be positive (`data.max_examples=-5`
-would train on all but 5), `seed` an integer, rates and timeouts positive, and hardware=gpu needs a GPU.
-Every message names the key and what it must be."""
+would train on all but 5), `seed` an integer, rates and timeouts positive, the evaluation schedule
+well-formed, and hardware=gpu needs a GPU. Every message names the key and what it must be."""
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 POSITIVE_INTS = ("generator.batch_size", "checkpoint_every_n_rounds", "algorithm.max_nonfinite",
                  "reward.workers", "callbacks.regenerate.max_dropped_rounds",
@@ -48,6 +48,7 @@ def check_values(cfg: DictConfig, errors: list[str]) -> None:
                 errors.append(f"{key}={value!r} must be {what}{alternative}")
     _check_seed_and_epochs(cfg, errors)
     _check_schedule_length(cfg, errors)
+    _check_eval_schedule(cfg, errors)
     _check_sandbox_budget(cfg, errors)
 
 
@@ -68,6 +69,19 @@ def _check_schedule_length(cfg: DictConfig, errors: list[str]) -> None:
     if length is not None and length != _raw(cfg, "trainer.max_steps") and not (is_int(length) and length > 0):
         errors.append(f"algorithm.scheduler.num_training_steps={length!r} must be a positive integer (the "
                       f"optimizer steps the learning rate decays over; default: trainer.max_steps)")
+
+
+def _check_eval_schedule(cfg: DictConfig, errors: list[str]) -> None:
+    """callbacks.evaluate.schedule: null, a list of steps or 'EVERY:UNTIL,...,EVERY' (callbacks/evaluate.py)."""
+    value = _raw(cfg, "callbacks.evaluate.schedule")
+    if value is None:
+        return
+    from callbacks.evaluate import SCHEDULE_FORMS, parse_schedule
+    try:
+        parse_schedule(value)
+    except ValueError as e:
+        shown = OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
+        errors.append(f"callbacks.evaluate.schedule={shown!r} must be {SCHEDULE_FORMS}: {e}")
 
 
 def _check_sandbox_budget(cfg: DictConfig, errors: list[str]) -> None:
