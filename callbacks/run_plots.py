@@ -7,10 +7,11 @@
 Per optimizer step it keeps what the module already logged (`rollout/reward_mean`, `train/kl`,
 `train/ess_frac` from `trainer.callback_metrics`) and the stage's generated tokens so far
 (callbacks/evaluate.generated_tokens); per round the replayed share of its groups
-(RegenerateExperience.replay_fracs, only where the data module reports `rollout/replay_frac`); at the end
+(RegenerateExperience.replay_fracs, only where the data module reports `rollout/replay_frac`), placed at
+the first step that trains on the round and the tokens generated up to it, as that step's points; at the end
 the held-out curve (HeldOutEvaluation.curve). Values are kept as they are (a CUDA tensor stays on its
 device until the stage ends or a checkpoint is written: no host sync per step). The series are
-checkpointed, so a resumed stage still plots from its step 0. At each stage's train end the PNGs are
+checkpointed, so a resumed stage still plots from its first step. At each stage's train end the PNGs are
 redrawn from every stage's json so far (a resumed run's finished stages keep theirs). A stage without a
 metric is left out of that plot; a stage that generated no tokens (SFT) is left out of the token panel.
 Rank 0 only. A plotting error is printed as a warning and never stops the run.
@@ -74,9 +75,9 @@ class RunPlots(L.Callback):
             return
         fracs = regen.replay_fracs
         reports = "rollout/replay_frac" in regen.last_round  # fresh-only data modules report no share
-        for frac in fracs[self.rounds_seen:]:
+        for frac in fracs[self.rounds_seen:]:  # a round's point: the first optimizer step that trains on it
             if reports:
-                self.replay.append({"step": trainer.global_step, "generated_tokens": generated_tokens(trainer),
+                self.replay.append({"step": trainer.global_step + 1, "generated_tokens": generated_tokens(trainer),
                                     "replay_frac": float(frac)})
         self.rounds_seen = len(fracs)
 

@@ -140,7 +140,8 @@ def _provenance(stages: dict, summary: dict) -> str:
             "|---|---|" + "---:|" * len(columns)]
     for name, cfg in stages.items():
         metrics = summary.get(name) or {}
-        rows.append(f"| {name} | {_sources(cfg)} | " + " | ".join(_num(metrics.get(k), count) for k, _, count in columns) + " |")
+        numbers = [_num(metrics.get(k), count) for k, _, count in columns]
+        rows.append(f"| {name} | {_sources(cfg)} | " + " | ".join(numbers) + " |")
     return "\n".join(rows)
 
 

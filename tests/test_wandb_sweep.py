@@ -15,7 +15,8 @@ SCRIPT = ROOT / "scripts" / "wandb_sweep.py"
 _spec = importlib.util.spec_from_file_location("wandb_sweep", SCRIPT)
 wandb_sweep = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(wandb_sweep)
-translate, build_command, SweepArgumentError = wandb_sweep.translate, wandb_sweep.build_command, wandb_sweep.SweepArgumentError
+translate, build_command = wandb_sweep.translate, wandb_sweep.build_command
+SweepArgumentError = wandb_sweep.SweepArgumentError
 
 
 def hydra_reads(override: str):

@@ -49,8 +49,9 @@ def grpo_stage(trainer, regen, cb, steps, first_step=1, stop=None):
         trainer.evaluation.curve.append({"step": 0, "generated_tokens": 100, "accuracy": 0.1})
     for step in range(first_step, (stop or steps) + 1):
         trainer.global_step = step
-        trainer.callback_metrics = {"rollout/reward_mean": torch.tensor(step / 10), "train/kl": torch.tensor(0.01 * step),
-                                    "train/ess_frac": 1.0 - step / 100, "train/loss": torch.tensor(9.0)}
+        trainer.callback_metrics = {"rollout/reward_mean": torch.tensor(step / 10),
+                                    "train/kl": torch.tensor(0.01 * step), "train/ess_frac": 1.0 - step / 100,
+                                    "train/loss": torch.tensor(9.0)}
         cb.on_train_batch_end(trainer, None, None, None, step)
         if step % 2 == 0:
             if step < steps:
@@ -74,10 +75,10 @@ def test_a_stage_writes_its_series_and_the_pngs(tmp_path):
     assert series["ess"] == pytest.approx([1 - s / 100 for s in range(1, 7)])
     assert series["accuracy"] == [{"step": 0, "generated_tokens": 100, "accuracy": 0.1},
                                   {"step": 6, "generated_tokens": 300, "accuracy": 0.4}]
-    # one point per round, at the steps trained before it and the tokens generated with it
-    assert series["replay"] == [{"step": 0, "generated_tokens": 100, "replay_frac": 0.0},
-                                {"step": 2, "generated_tokens": 200, "replay_frac": 0.5},
-                                {"step": 4, "generated_tokens": 300, "replay_frac": 0.5}]
+    # one point per round, at the first step that trains on it (and that step's generated tokens)
+    assert series["replay"] == [{"step": 1, "generated_tokens": 100, "replay_frac": 0.0},
+                                {"step": 3, "generated_tokens": 200, "replay_frac": 0.5},
+                                {"step": 5, "generated_tokens": 300, "replay_frac": 0.5}]
     for metric in ("reward", "accuracy", "kl", "ess", "replay"):
         png = (tmp_path / "plots" / f"{metric}.png").read_bytes()
         assert png.startswith(PNG_MAGIC) and len(png) > 1024, metric
@@ -136,7 +137,8 @@ def test_the_token_panel_leaves_out_a_stage_that_generated_nothing(tmp_path):
 
     def savefig(fig, path, *a, **k):
         steps_ax, tokens_ax = fig.axes
-        labels[Path(path).name] = ([ln.get_label() for ln in steps_ax.lines], [ln.get_label() for ln in tokens_ax.lines])
+        labels[Path(path).name] = ([ln.get_label() for ln in steps_ax.lines],
+                                   [ln.get_label() for ln in tokens_ax.lines])
         return real_savefig(fig, path, *a, **k)
 
     Figure.savefig = savefig
@@ -163,7 +165,7 @@ def test_state_round_trip_a_resumed_stage_plots_from_step_one(tmp_path):
     series = json.loads((tmp_path / "plots" / "grpo.json").read_text())
     assert series["steps"] == [1, 2, 3, 4, 5, 6]
     assert series["reward"] == pytest.approx([s / 10 for s in range(1, 7)])
-    assert [p["step"] for p in series["replay"]] == [0, 2, 4]
+    assert [p["step"] for p in series["replay"]] == [1, 3, 5]
 
 
 def test_tensors_are_kept_until_the_end_and_nan_is_none(tmp_path):
