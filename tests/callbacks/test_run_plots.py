@@ -221,3 +221,10 @@ def test_a_real_grpo_stage_with_replay_writes_its_plots(hydra_conf, tmp_path):
     assert len(series["replay"]) == metrics["rollout/rounds"]
     for metric in ("reward", "accuracy", "kl", "ess", "replay"):
         assert (tmp_path / "plots" / f"{metric}.png").read_bytes().startswith(PNG_MAGIC), metric
+
+
+def test_a_device_tensor_is_kept_as_a_tensor_a_cpu_one_as_a_float():
+    """No host sync per step: a tensor off the CPU (meta here: no GPU needed) is kept, not read."""
+    kept = run_plots._keep(torch.tensor(0.25, device="meta"))
+    assert isinstance(kept, torch.Tensor) and kept.device.type == "meta"
+    assert run_plots._keep(torch.tensor(0.25)) == 0.25 and run_plots._keep(None) is None
