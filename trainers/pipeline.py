@@ -149,7 +149,11 @@ def build_callbacks(cfg: DictConfig, generator, reward, task) -> list[L.Callback
 
 
 def build_loggers(cfg: DictConfig) -> list:
-    return [instantiate(node) for node in cfg.logger.values() if node is not None]
+    """The stage's loggers; one that logs the stage's config (callbacks/wandb_run.py) is given it."""
+    loggers = [instantiate(node) for node in cfg.logger.values() if node is not None]
+    for logger in loggers:
+        getattr(logger, "set_stage_config", lambda stage_cfg: None)(cfg)
+    return loggers
 
 
 def trainer_arguments(trainer: DictConfig) -> dict:
