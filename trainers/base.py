@@ -210,7 +210,7 @@ class PolicyModule(L.LightningModule):
             return None
         ckpt = self.trainer.checkpoint_callback
         folder = Path(getattr(ckpt, "dirpath", None) or self.trainer.default_root_dir)
-        self.trainer.save_checkpoint(folder / name)
+        self.trainer.save_checkpoint(folder / name, weights_only=False)
         return folder / name
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):

@@ -214,7 +214,7 @@ class ResumeState(L.Callback):
     def on_exception(self, trainer, pl_module, exception):
         self._restore_handlers()
         if isinstance(exception, RunInterrupted) and self._stepped:
-            trainer.save_checkpoint(self.last_path)
+            trainer.save_checkpoint(self.last_path, weights_only=False)
             exception.checkpoint = self.last_path
 
     def teardown(self, trainer, pl_module, stage):

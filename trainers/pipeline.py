@@ -219,10 +219,12 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
                         default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if trainer.checkpoint_callback is not None:
-        trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt")
+        trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt", weights_only=False)
     metrics = {"train/steps": trainer.global_step, "wall_seconds": time.perf_counter() - start}
     for cb in callbacks:
         if hasattr(cb, "summary"):  # ResumeState's: the train/* values a resumed fit started with
             metrics |= cb.summary()
     metrics |= {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
+    for logger in trainer.loggers:  # the W&B run's summary gets the stage's final figures
+        getattr(logger, "set_summary", lambda m: None)(metrics)
     return policy, tokenizer, metrics
