@@ -265,6 +265,17 @@ class Context:
     limits: Limits
     vllm: bool = False
     notes: dict = field(default_factory=dict)
+    failures: dict = field(default_factory=dict)
+
+
+LOGS = ROOT / "bench" / "results" / "logs"
+
+
+def keep_log(log: Path) -> str:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    dest = LOGS / log.name
+    dest.write_bytes(log.read_bytes() if log.exists() else b"")
+    return str(dest.relative_to(ROOT))
 
 
 def command(side: str, w: Workload | None, name: str, ctx: Context, out: Path, run_dir: Path) -> list[str]:
@@ -337,13 +348,17 @@ def run_workload(name: str, ctx: Context, pairs: int, retries: int, say) -> list
                     f"{r['load_after']:.2f} others {r['others_before']:.2f} cores / {r['others_frac']:.0%}  "
                     f"rss {r['peak_rss_mb']:,.0f} MB  {r['wall_s']:.0f} s")
             failed = [s for s, r in runs.items() if r["rc"] != 0]
+            for s in failed:  # kept past the run: the scratch folder goes
+                runs[s]["log"] = keep_log(Path(runs[s]["log"]))
             if failed == ["vllm"] and name in GENERATION:  # an engine that cannot run this model: noted
                 ctx.notes[name] = f"failed: {runs['vllm']['error'][:120]}"
                 runs.pop("vllm")
-            elif failed:
-                raise RuntimeError(f"{name}: {', '.join(failed)} failed; logs: "
-                                   + ", ".join(runs[s]["log"] for s in failed)
-                                   + "\n" + "\n".join(f"{s}: {runs[s]['error']}" for s in failed))
+            elif failed:  # a broken side: reported, and the suite goes on with the next workload
+                errors = "; ".join(f"{s}: {runs[s]['error']} (log: {runs[s]['log']})" for s in failed)
+                say(f"  {name}: FAILED: {errors}")
+                ctx.failures[name] = errors
+                out.append({"pair": pair, "try": attempt, "kept": False, "why": f"failed: {errors}", "runs": runs})
+                return out
             why = pair_verdict(list(runs.values()), ctx.limits)
             for r in runs.values():
                 r["why"] = verdict(r, ctx.limits)
@@ -359,6 +374,8 @@ def summarize(all_pairs: dict, ctx: Context) -> dict:
     for name, pairs in all_pairs.items():
         sides = sides_of(name, ctx)
         summary[name] = aggregate(pairs, sides)
+        if name in ctx.failures:
+            summary[name]["failed"] = ctx.failures[name]
         if name in GENERATION:
             note = ctx.notes.get(name) or (ctx.vllm and vllm_unsupported(GENERATION[name]))
             if note:
@@ -437,6 +454,9 @@ def report(summary: dict, all_pairs: dict, env: dict, args, elapsed: float, limi
         parts += ["", "Generation alone (16 prompts × 8 completions, every completion max_new_tokens long: "
                   "tiny 8, big 64; median tokens/s of the timed calls after a warm-up call):", "",
                   generation_table(summary)]
+    failed = {n: s["failed"] for n, s in summary.items() if s.get("failed")}
+    if failed:
+        parts += ["", "**Failed** (the suite went on without them):", ""] + [f"- {n}: {e}" for n, e in failed.items()]
     parts += ["", "## Every run", "", runs_table(all_pairs), ""]
     return "\n".join(parts)
 
@@ -509,6 +529,8 @@ def main() -> None:
     raw.write_text(json.dumps({"summary": summary, "pairs": all_pairs}, indent=1, default=str))
     print("\n" + text)
     print(f"wrote {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest} and {raw.relative_to(ROOT)}")
+    if ctx.failures:
+        sys.exit(f"{len(ctx.failures)} workload(s) failed: {', '.join(ctx.failures)}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 samples of the training loop grouped by what the code is doing.
 
     pip install py-spy        # any env: a standalone binary (bench/PROFILE.md used /work/venv-trl/bin/py-spy)
-    python bench/workloads/profile.py --workload tiny_grpo_b0.04 --steps 60 [--py-spy PATH] [--keep DIR]
+    python bench/workloads/pyspy_profile.py --workload tiny_grpo_b0.04 --steps 60 [--py-spy PATH] [--keep DIR]
 
 Each py-spy sample is a whole Python stack; it is put in the first group below whose pattern occurs in
 it (most specific first). Shares are of the samples taken inside `trainer.fit` (imports, config and
 model building are left out; the first round is in, a small part over 60 steps) and are printed
 with the seconds per step they amount to. The raw collapsed stacks stay in --keep for a flame graph or a closer look.
+(Not named profile.py: a script's folder comes first on sys.path, and that would shadow the standard
+library's `profile`, which torch imports.)
 """
 from __future__ import annotations
 
