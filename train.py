@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from callbacks.summary import RunSummary  # noqa: E402
 from models.lora import save_policy  # noqa: E402
+from models.model_card import write_model_card  # noqa: E402
 from trainers.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E402
 from trainers.command_line import exit_on_bad_command_line  # noqa: E402
 from trainers.errors import exit_with, full_traceback, user_error  # noqa: E402
@@ -75,6 +76,8 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
     merged = bool(OmegaConf.select(stages[-1].cfg, "model.lora.save_merged", default=False))
     saved = save_policy(policy, tokenizer, out / "policy", save_merged=merged)  # collective under FSDP
     if zero:
+        for folder in saved:  # policy/ (with LoRA: the adapter) and policy_merged/ when written
+            write_model_card(folder, out, {s.name: s.cfg for s in stages}, summary.stages)
         summary.print()
         print(f"outputs: {out} (config.yaml, summary.json, {', '.join(p.name + '/' for p in saved)})")
     return summary.stages
