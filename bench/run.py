@@ -119,7 +119,8 @@ def median_or_none(values):
 def aggregate(pairs: list[dict], sides: list[str]) -> dict:
     """Per side: the median over kept pairs of each run's median s/step, throughput, peak RSS."""
     kept = [p for p in pairs if p["kept"]]
-    out = {"kept": len(kept), "rejected": len(pairs) - len(kept)}
+    out = {"kept": len(kept), "rejected": len(pairs) - len(kept),
+           "busy": sum(p["why"] is not None for p in kept)}  # --quick keeps pairs taken on a busy machine
     for side in sides:
         runs = [p["runs"][side] for p in kept if side in p["runs"] and "throughput" in p["runs"][side]]
         out[side] = {"s_per_step": median_or_none(r.get("s_per_step") for r in runs),
@@ -138,6 +139,11 @@ def fmt(x, spec: str = "{:.4f}", none: str = "–") -> str:
     return none if x is None else spec.format(x)
 
 
+def kept_cell(s: dict) -> str:
+    busy = f" ({s['busy']} taken busy: --quick)" if s.get("busy") else ""
+    return f"{s['kept']} / {s['rejected']}{busy}"
+
+
 def speed_table(summary: dict) -> str:
     head = ("| workload | policyshift s/step | TRL s/step | speed-up (TRL ÷ policyshift) | policyshift /s "
             "| TRL /s | unit | policyshift peak RSS | TRL peak RSS | bare s/step | policyshift over bare "
@@ -154,7 +160,7 @@ def speed_table(summary: dict) -> str:
             f"| {fmt(ps['throughput'], '{:,.0f}')} | {fmt(trl['throughput'], '{:,.0f}')} | {w.unit} "
             f"| {fmt(ps['peak_rss_mb'], '{:,.0f} MB')} | {fmt(trl['peak_rss_mb'], '{:,.0f} MB')} "
             f"| {fmt(bare['s_per_step']) if bare else '–'} | {fmt(over and (over - 1) * 100, '{:+.1f} %')} "
-            f"| {s['kept']} / {s['rejected']} |")
+            f"| {kept_cell(s)} |")
     return "\n".join(lines)
 
 
@@ -185,7 +191,7 @@ def generation_table(summary: dict) -> str:
         lines.append(f"| {GENERATION[name]} | {fmt(seam['throughput'], '{:,.0f}')} | {fmt(gen['throughput'], '{:,.0f}')} "
                      f"| {fmt(ratio(seam['throughput'], gen['throughput']), '{:.2f}×')} "
                      f"| {fmt(v, '{:,.0f}') if vllm else s.get('vllm_note', 'not installed')} "
-                     f"| {fmt(ratio(v, seam['throughput']), '{:.2f}×')} | {rss} | {s['kept']} / {s['rejected']} |")
+                     f"| {fmt(ratio(v, seam['throughput']), '{:.2f}×')} | {rss} | {kept_cell(s)} |")
     return "\n".join(lines)
 
 
@@ -197,15 +203,15 @@ def kept_text(pair: dict, run: dict) -> str:
 
 
 def runs_table(all_pairs: dict) -> str:
-    lines = ["| workload | pair | try | side | s/step | load1 before → after | others' CPU before (cores) "
+    lines = ["| workload | pair | try | side | s/step (generation: tok/s) | load1 before → after | others' CPU before (cores) "
              "| others' CPU during | peak RSS | wall s | kept |", "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|"]
     for name, pairs in all_pairs.items():
         for p in pairs:
             for side, r in p["runs"].items():
-                s = r.get("s_per_step") if "s_per_step" in r else (
-                    r.get("throughput") and 1 / r["throughput"])
+                shown = (fmt(r["s_per_step"]) if "s_per_step" in r else
+                         fmt(r.get("throughput"), "{:,.0f} tok/s"))
                 lines.append(
-                    f"| {name} | {p['pair']} | {p['try']} | {side} | {fmt(s)} "
+                    f"| {name} | {p['pair']} | {p['try']} | {side} | {shown} "
                     f"| {r['load_before']:.2f} → {r['load_after']:.2f} | {r['others_before']:.2f} "
                     f"| {r['others_frac']:.0%} | {fmt(r.get('peak_rss_mb'), '{:,.0f} MB')} | {r['wall_s']:.1f} "
                     f"| {kept_text(p, r)} |")

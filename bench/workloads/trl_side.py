@@ -172,7 +172,8 @@ def run(w: Workload, model_dir: Path, data_dir: Path) -> dict:
     result["checks"] = {"bf16": trainer.args.bf16, "activation_checkpointing": trainer.args.activation_checkpointing,
                         "model_checkpointing": bool(getattr(trainer.model, "is_activation_checkpointing", False)),
                         "model_dtype": str(trainer.model.dtype), "lr_scheduler_type": str(trainer.args.lr_scheduler_type),
-                        "per_device_train_batch_size": trainer.args.per_device_train_batch_size}
+                        "per_device_train_batch_size": trainer.args.per_device_train_batch_size,
+                        "optim": str(trainer.args.optim), "logging_steps": trainer.args.logging_steps}
     result["versions"] = {"trl": trl.__version__, "transformers": transformers.__version__,
                           "torch": torch.__version__}
     scratch.cleanup()

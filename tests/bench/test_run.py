@@ -62,7 +62,7 @@ def test_aggregate_takes_medians_over_kept_pairs_only():
     def pair(kept, ps, trl):
         runs = {"policyshift": {"s_per_step": ps, "throughput": 1 / ps, "peak_rss_mb": 500.0},
                 "trl": {"s_per_step": trl, "throughput": 1 / trl, "peak_rss_mb": 600.0}}
-        return {"kept": kept, "runs": runs}
+        return {"kept": kept, "why": None if kept else "busy", "runs": runs}
 
     pairs = [pair(True, 1.0, 2.0), pair(False, 100.0, 100.0), pair(True, 3.0, 4.0), pair(True, 2.0, 3.0)]
     agg = run.aggregate(pairs, ["policyshift", "trl"])
