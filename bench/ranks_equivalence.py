@@ -19,22 +19,22 @@ def rows(sweep: Path):
         stages = json.loads(summary.read_text())
         for stage, metrics in stages.items():
             yield (job.parent.name, stage, overrides["hardware"], int(overrides["seed"]),
-                   metrics.get("val/accuracy_after"), metrics.get("wall_seconds"))
+                   metrics.get("val/accuracy_after"), metrics.get("val/accuracy_before"), metrics.get("wall_seconds"))
 
 
 def table(sweep: Path) -> str:
     found: dict = {}
-    for exp, stage, hardware, seed, acc, wall in rows(sweep):
-        found.setdefault((exp, stage), {}).setdefault(hardware, {})[seed] = (acc, wall)
-    lines = ["| experiment | stage | hardware | accuracy after, per seed | mean | stage wall s (mean) |",
-             "|---|---|---|---|---|---|"]
+    for exp, stage, hardware, seed, acc, before, wall in rows(sweep):
+        found.setdefault((exp, stage), {}).setdefault(hardware, {})[seed] = (acc, acc - before, wall)
+    lines = ["| experiment | stage | hardware | accuracy after, seeds 1-3 | mean | gain over the stage's start, per seed | mean gain | stage wall s (mean) |",
+             "|---|---|---|---|---|---|---|---|"]
     for (exp, stage), by_hw in found.items():
         for hardware in ("cpu", "ddp"):
             seeds = by_hw.get(hardware, {})
-            accs = [seeds[s][0] for s in sorted(seeds)]
-            walls = [seeds[s][1] for s in sorted(seeds)]
+            accs, gains, walls = ([seeds[s][i] for s in sorted(seeds)] for i in range(3))
             lines.append(f"| {exp} | {stage} | {hardware} | {', '.join(f'{a:.3f}' for a in accs)} | "
-                         f"{statistics.mean(accs):.3f} | {statistics.mean(walls):.0f} |")
+                         f"{statistics.mean(accs):.3f} | {', '.join(f'{g:+.3f}' for g in gains)} | "
+                         f"{statistics.mean(gains):+.3f} | {statistics.mean(walls):.0f} |")
     head = (f"Ranks equivalence ({datetime.date.today()}, {platform.machine()}, {sweep}): 1 process "
             f"(hardware=cpu) against 2 ranks (hardware=ddp), seeds 1-3, held-out greedy accuracy on 500.\n\n")
     return head + "\n".join(lines) + "\n"
