@@ -206,7 +206,7 @@ class ResumeState(L.Callback):
         """Stop when this rank, or any rank, was signalled: every rank stops after the same step (one
         reduced decision), so the checkpoint they then write together is consistent."""
         signalled = self._signal is not None
-        if trainer.world_size > 1:
+        if getattr(trainer, "world_size", 1) > 1:
             signalled = trainer.strategy.reduce_boolean_decision(signalled, all=False)
         if signalled:
             raise RunInterrupted(self._signal or signal.SIGTERM, trainer.global_step)

@@ -16,7 +16,7 @@ RANKS = TINY_MODEL + ["algorithm=grpo", "trainer.max_steps=4", "data.prompts_per
                       "data.micro_batch_size=8", "task.num_heldout=20", "callbacks.evaluate.num_examples=20",
                       "callbacks.progress.refresh_rate=0", "generator.max_new_tokens=6", "reward=function",
                       "reward.fn._target_=tests.helpers.char_sum_scores", "logger=csv"]
-RUN_FILES = {".hydra", "checkpoints", "config.yaml", "csv", "policy", "run.json", "summary.json", "train.log"}
+RUN_FILES = {".hydra", "checkpoints", "config.yaml", "csv", "plots", "policy", "run.json", "summary.json", "train.log"}
 
 
 def test_ddp_job_shards_the_round_and_rank0_writes_alone(tmp_path):
