@@ -70,18 +70,17 @@ def gather_lists(items: list) -> list:
 
 def reduce_sum(values: list[float]) -> list[float]:
     """Element-wise sums across ranks of a list of numbers (one all-reduce)."""
-    if not active():
-        return list(values)
-    t = torch.tensor(values, dtype=torch.float64, device=_device())
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t.tolist()
+    return _all_reduce(values, dist.ReduceOp.SUM) if active() else list(values)
 
 
 def reduce_max(values: list[float]) -> list[float]:
-    if not active():
-        return list(values)
+    """Element-wise maxima across ranks (one all-reduce)."""
+    return _all_reduce(values, dist.ReduceOp.MAX) if active() else list(values)
+
+
+def _all_reduce(values: list[float], op) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=op)
     return t.tolist()
 
 
