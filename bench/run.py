@@ -50,7 +50,8 @@ if str(ROOT) not in sys.path:
 
 from bench.workloads.spec import BARE, MODELS, WORKLOADS, Workload, quick  # noqa: E402
 
-GENERATION = {"gen_tiny": "tiny", "gen_big": "big"}
+from bench.tables import (GENERATION, fmt, generation_table, grpo_parts_table, kept_cell,  # noqa: E402,F401
+                          kept_text, ratio, runs_table, speed_table)
 ALL = list(WORKLOADS) + list(GENERATION)
 DEFAULT_TRL_PY = Path(os.environ.get("TRL_VENV", "/work/venv-trl")) / "bin" / "python"
 DEFAULT_VLLM_PY = Path(os.environ.get("VLLM_VENV", "/work/venv-vllm")) / "bin" / "python"
@@ -129,93 +130,6 @@ def aggregate(pairs: list[dict], sides: list[str]) -> dict:
                      "generation_s": median_or_none(r.get("generation_s") for r in runs),
                      "runs": len(runs)}
     return out
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
-
-
-def fmt(x, spec: str = "{:.4f}", none: str = "–") -> str:
-    return none if x is None else spec.format(x)
-
-
-def kept_cell(s: dict) -> str:
-    busy = f" ({s['busy']} taken busy: --quick)" if s.get("busy") else ""
-    return f"{s['kept']} / {s['rejected']}{busy}"
-
-
-def speed_table(summary: dict) -> str:
-    head = ("| workload | policyshift s/step | TRL s/step | speed-up (TRL ÷ policyshift) | policyshift /s "
-            "| TRL /s | unit | policyshift peak RSS | TRL peak RSS | bare s/step | policyshift over bare "
-            "| pairs kept / rejected |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
-    for name, s in summary.items():
-        if name in GENERATION:
-            continue
-        w, ps, trl, bare = WORKLOADS[name], s["policyshift"], s["trl"], s.get("bare")
-        over = ratio(ps["s_per_step"], bare["s_per_step"]) if bare else None
-        lines.append(
-            f"| {name} | {fmt(ps['s_per_step'])} | {fmt(trl['s_per_step'])} "
-            f"| {fmt(ratio(trl['s_per_step'], ps['s_per_step']), '{:.2f}×')} "
-            f"| {fmt(ps['throughput'], '{:,.0f}')} | {fmt(trl['throughput'], '{:,.0f}')} | {w.unit} "
-            f"| {fmt(ps['peak_rss_mb'], '{:,.0f} MB')} | {fmt(trl['peak_rss_mb'], '{:,.0f} MB')} "
-            f"| {fmt(bare['s_per_step']) if bare else '–'} | {fmt(over and (over - 1) * 100, '{:+.1f} %')} "
-            f"| {kept_cell(s)} |")
-    return "\n".join(lines)
-
-
-def grpo_parts_table(summary: dict) -> str:
-    lines = ["| workload | side | s/step | of which generation | generated tokens / step |",
-             "|---|---|---:|---:|---:|"]
-    for name, s in summary.items():
-        if name in GENERATION or WORKLOADS[name].algorithm != "grpo":
-            continue
-        for side in ("policyshift", "trl", "bare"):
-            if side in s:
-                r = s[side]
-                lines.append(f"| {name} | {side} | {fmt(r['s_per_step'])} | {fmt(r['generation_s'])} "
-                             f"| {fmt(s.get('tokens', {}).get(side), '{:,.0f}')} |")
-    return "\n".join(lines)
-
-
-def generation_table(summary: dict) -> str:
-    lines = ["| model | seam (HFGenerator.sample) tok/s | model.generate tok/s | seam ÷ generate "
-             "| generator=vllm tok/s | vllm ÷ seam | peak RSS seam / generate / vllm | pairs kept / rejected |",
-             "|---|---:|---:|---:|---:|---:|---|---:|"]
-    for name, s in summary.items():
-        if name not in GENERATION:
-            continue
-        seam, gen, vllm = s["seam"], s["generate"], s.get("vllm")
-        v = vllm["throughput"] if vllm else None
-        rss = " / ".join(fmt(x and x["peak_rss_mb"], "{:,.0f}") for x in (seam, gen, vllm)) + " MB"
-        lines.append(f"| {GENERATION[name]} | {fmt(seam['throughput'], '{:,.0f}')} | {fmt(gen['throughput'], '{:,.0f}')} "
-                     f"| {fmt(ratio(seam['throughput'], gen['throughput']), '{:.2f}×')} "
-                     f"| {fmt(v, '{:,.0f}') if vllm else s.get('vllm_note', 'not installed')} "
-                     f"| {fmt(ratio(v, seam['throughput']), '{:.2f}×')} | {rss} | {kept_cell(s)} |")
-    return "\n".join(lines)
-
-
-def kept_text(pair: dict, run: dict) -> str:
-    if pair["why"] is None:
-        return "yes"
-    own = run.get("why") or "this run was fine; another in its pair was not"
-    return ("kept (--quick): " if pair["kept"] else "no: ") + own
-
-
-def runs_table(all_pairs: dict) -> str:
-    lines = ["| workload | pair | try | side | s/step (generation: tok/s) | load1 before → after | others' CPU before (cores) "
-             "| others' CPU during | peak RSS | wall s | kept |", "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|"]
-    for name, pairs in all_pairs.items():
-        for p in pairs:
-            for side, r in p["runs"].items():
-                shown = (fmt(r["s_per_step"]) if "s_per_step" in r else
-                         fmt(r.get("throughput"), "{:,.0f} tok/s"))
-                lines.append(
-                    f"| {name} | {p['pair']} | {p['try']} | {side} | {shown} "
-                    f"| {r['load_before']:.2f} → {r['load_after']:.2f} | {r['others_before']:.2f} "
-                    f"| {r['others_frac']:.0%} | {fmt(r.get('peak_rss_mb'), '{:,.0f} MB')} | {r['wall_s']:.1f} "
-                    f"| {kept_text(p, r)} |")
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------- measuring
