@@ -4,7 +4,8 @@ the LM head chunk by chunk (losses.common.head_token_logprobs), so the [B, T, vo
 only. Works through peft wrappers (LoRA layers sit inside the decoder and head modules).
 
 Models whose logits are more than `lm_head(hidden)` (Gemma-2's soft-capping, Cohere's logit scale) take
-the plain `model(...).logits` path instead, still reduced chunk by chunk.
+the plain `model(...).logits` path instead, still reduced chunk by chunk. Llama-family decoders on
+right-padded batches run models.lean_llama's functional forward (same values, less overhead).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from functools import lru_cache
 import torch
 
 from losses.common import head_token_logprobs, token_logprobs
+from models import lean_llama
 from models.sharding import is_sharded
 
 POST_PROCESSED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
@@ -50,6 +52,11 @@ def hidden_states(decoder: torch.nn.Module, input_ids: torch.Tensor, attention_m
     return out.last_hidden_state
 
 
+def is_right_padded(attention_mask: torch.Tensor | None) -> bool:
+    """True when every row of the 0/1 mask is ones then zeros (no 0 → 1 step anywhere)."""
+    return attention_mask is None or not bool((attention_mask[:, 1:] > attention_mask[:, :-1]).any())
+
+
 def sequence_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                             temperature: float, with_hidden: bool = False):
     """Log-probs [B, L-1] of input_ids[:, 1:] under softmax(logits / temperature), float32; with
@@ -62,6 +69,8 @@ def sequence_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torc
     decoder, head = parts
     if is_sharded(model):
         hidden = hidden_states_through_root(model, decoder, input_ids, attention_mask)
+    elif lean_llama.supports(decoder) and is_right_padded(attention_mask):
+        hidden = lean_llama.train_hidden(decoder, input_ids)
     else:
         hidden = hidden_states(decoder, input_ids, attention_mask)
     lp = head_token_logprobs(hidden[:, :-1], head, input_ids[:, 1:], temperature)

@@ -6,17 +6,22 @@ top-k, top-p only if configured.
 
 `HFGenerator` is a KV-cached sampling loop over a Hugging Face model (models/forward.py): each step
 computes the logits of the last position only and keeps just the sampled token's log-prob, so memory
-is [batch, vocab] for one step, never [batch, new tokens, vocab].
+is [batch, vocab] for one step, never [batch, new tokens, vocab]. Llama-family models decode through
+models.lean_llama (a static KV cache, each group's shared prompt prefilled once); others, and FSDP-sharded
+models, through the model's own forward with a DynamicCache.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from itertools import chain
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from models.forward import last_position_logits
+from models import lean_llama
+from models.forward import decoder_and_head, last_position_logits
+from models.sharding import is_sharded
 
 
 @dataclass
@@ -30,13 +35,12 @@ class GenerationOutput:
 
 def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad id lists to one [B, T] tensor; returns (input_ids, attention_mask)."""
-    width = max(len(s) for s in sequences)
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+    width = int(lengths.max())
+    mask = torch.arange(width) >= (width - lengths).unsqueeze(1)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-        mask[i, width - len(seq) :] = 1
-    return ids, mask
+    ids[mask] = torch.tensor(list(chain.from_iterable(sequences)), dtype=torch.long)  # row-major order
+    return ids, mask.long()
 
 
 def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -47,6 +51,76 @@ def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     remove = cumulative <= (1 - top_p)
     remove[..., -1:] = False
     return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+
+
+def sample_token(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of logits [B, V] from softmax(logits / temperature) after top-p, and its
+    log-prob. One exp pass: multinomial takes unnormalised weights (for one sample it is
+    argmax(w / Exp(1) noise), the same draws as on the normalised probabilities), and the log-prob is
+    score - max - log(sum of weights), exactly log_softmax's formula, for the chosen token only."""
+    scores = logits if temperature == 1.0 else logits / temperature
+    if top_p < 1.0:
+        scores = top_p_filter(scores, top_p)
+    top = scores.max(-1, keepdim=True).values
+    weights = (scores - top).exp_()
+    token = torch.multinomial(weights, 1)
+    logp = scores.gather(-1, token) - top - weights.sum(-1, keepdim=True).log()
+    return token.squeeze(-1), logp.squeeze(-1)
+
+
+class _HFSteps:
+    """Decoding through the model's own forward with a DynamicCache (the fallback path): `logits` of
+    the prompts' last position after construction, then `advance(token_ids [B, 1])` -> next logits.
+    The attention mask is preallocated [B, P + N] (ones after the prompt) and sliced per step."""
+
+    def __init__(self, model, input_ids, attention_mask, max_new_tokens: int):
+        B, P = input_ids.shape
+        self.model, self.cache, self.filled = model, DynamicCache(), P
+        self.mask = attention_mask.new_ones((B, P + max_new_tokens))
+        self.mask[:, :P] = attention_mask
+        positions = (attention_mask.cumsum(-1) - 1).clamp_min(0)
+        self.logits = last_position_logits(model, input_ids, attention_mask, positions, self.cache)
+        self.positions = positions[:, -1:]
+
+    def advance(self, token_ids: torch.Tensor) -> torch.Tensor:
+        self.filled, self.positions = self.filled + 1, self.positions + 1
+        return last_position_logits(self.model, token_ids, self.mask[:, : self.filled], self.positions,
+                                    self.cache)
+
+
+def shared_prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """(first row of each run of identical consecutive prompts [U], run index of every row [B]), or
+    None when no two consecutive rows are the same prompt."""
+    same = (input_ids[1:] == input_ids[:-1]).all(-1) & (attention_mask[1:] == attention_mask[:-1]).all(-1)
+    if not bool(same.any()):
+        return None
+    starts = torch.cat([same.new_ones(1), ~same])
+    return starts.nonzero().squeeze(-1), starts.long().cumsum(0) - 1
+
+
+class _LeanSteps:
+    """Decoding through models.lean_llama with a static KV cache; each distinct consecutive prompt
+    (a group's repeats) is prefilled once and its cache rows and logits expanded to the group."""
+
+    def __init__(self, decoder, head, input_ids, attention_mask, max_new_tokens: int):
+        self.decoder, self.head = decoder, head
+        shared = shared_prompt_rows(input_ids, attention_mask)
+        if shared is not None:
+            firsts, rows = shared
+            input_ids, attention_mask = input_ids.index_select(0, firsts), attention_mask.index_select(0, firsts)
+        self.logits, self.state = lean_llama.prefill(decoder, head, input_ids, attention_mask, max_new_tokens,
+                                                     None if shared is None else rows)
+
+    def advance(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return lean_llama.step(self.decoder, self.head, self.state, token_ids)
+
+
+def decode_steps(model, input_ids, attention_mask, max_new_tokens: int):
+    """The lean decode when models.lean_llama supports the model, else the model's own forward."""
+    parts = decoder_and_head(model)
+    if parts is not None and not is_sharded(model) and lean_llama.supports(parts[0]):
+        return _LeanSteps(*parts, input_ids, attention_mask, max_new_tokens)
+    return _HFSteps(model, input_ids, attention_mask, max_new_tokens)
 
 
 @torch.no_grad()
@@ -61,20 +135,16 @@ def sample_tokens(model: PreTrainedModel, input_ids: torch.Tensor, attention_mas
     logps = torch.zeros((B, max_new_tokens), device=device)
     lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    cache, mask = DynamicCache(), attention_mask
-    positions = (mask.cumsum(-1) - 1).clamp_min(0)
-    step_ids = input_ids
+    steps = decode_steps(model, input_ids, attention_mask, max_new_tokens)
+    logits = steps.logits
     for t in range(max_new_tokens):
-        logits = last_position_logits(model, step_ids, mask, positions, cache)
+        if t:
+            logits = steps.advance(tokens[:, t - 1 : t])
         if greedy:
             token = logits.argmax(-1)
         else:
-            scores = logits / temperature
-            if top_p < 1.0:
-                scores = top_p_filter(scores, top_p)
-            logp = scores.log_softmax(-1)
-            token = torch.multinomial(logp.exp(), 1).squeeze(-1)
-            logps[:, t] = logp.gather(-1, token.unsqueeze(-1)).squeeze(-1).masked_fill(done, 0.0)
+            token, logp = sample_token(logits, temperature, top_p)
+            logps[:, t] = logp.masked_fill(done, 0.0)
         tokens[:, t] = token.masked_fill(done, pad_id)
         if not ignore_eos:
             ended = (token == eos_id) & ~done
@@ -82,9 +152,6 @@ def sample_tokens(model: PreTrainedModel, input_ids: torch.Tensor, attention_mas
             done |= ended
             if bool(done.all()):
                 break
-        step_ids = tokens[:, t : t + 1]
-        mask = torch.cat([mask, mask.new_ones((B, 1))], dim=1)
-        positions = positions[:, -1:] + 1
     return tokens, logps, lengths
 
 
