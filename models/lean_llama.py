@@ -131,13 +131,13 @@ def train_hidden(decoder: torch.nn.Module, input_ids: torch.Tensor) -> torch.Ten
 
 @dataclass
 class DecodeState:
-    """Static KV cache of a decode: keys/values [B, kv_heads, P + N, D] per layer, key_mask [B, P + N]
-    (True: attend; the generated part is all True), filled: columns written so far, positions [B, 1]:
-    the position id of the next token."""
+    """Static KV cache of a decode: keys/values [B, kv_heads, P + N, D] per layer, key_bias [B, P + N]
+    (0: attend, -inf: a pad key; the generated part is all 0; additive masks run faster than boolean
+    ones in CPU sdpa), filled: columns written so far, positions [B, 1]: the next token's position id."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
-    key_mask: torch.Tensor
+    key_bias: torch.Tensor
     filled: int
     positions: torch.Tensor
 
@@ -172,9 +172,9 @@ def prefill(decoder, head, input_ids: torch.Tensor, attention_mask: torch.Tensor
         keys.append(k_cache)
         values.append(v_cache)
         x = _finish_layer(layer, x, _attend(layer.self_attn, q, k, v, mask=mask))
-    key_mask = keep.new_ones((B, size))
-    key_mask[:, :P] = keep.index_select(0, rows)
-    state = DecodeState(keys, values, key_mask, P, positions[:, -1:].index_select(0, rows) + 1)
+    key_bias = x.new_zeros((B, size))
+    key_bias[:, :P].masked_fill_(~keep.index_select(0, rows), float("-inf"))
+    state = DecodeState(keys, values, key_bias, P, positions[:, -1:].index_select(0, rows) + 1)
     return _logits(decoder, head, x).index_select(0, rows), state
 
 
@@ -183,7 +183,7 @@ def step(decoder, head, state: DecodeState, token_ids: torch.Tensor) -> torch.Te
     t = state.filled
     x = decoder.embed_tokens(token_ids)
     cos, sin = _rotary(decoder, x, state.positions)
-    mask = state.key_mask[:, None, None, : t + 1]
+    mask = state.key_bias[:, None, None, : t + 1]
     for layer, k_cache, v_cache in zip(decoder.layers, state.keys, state.values):
         q, k, v = _qkv(layer.self_attn, layer.input_layernorm(x), cos, sin)
         k_cache[:, :, t] = k[:, :, 0]
