@@ -14,7 +14,6 @@ import copy
 
 import lightning as L
 import torch
-from torchmetrics import MeanMetric
 
 from callbacks.logging import log_now, say
 from data_modules.experience import ExperienceRecord, Provenance, collate
@@ -172,10 +171,7 @@ class RegenerateExperience(L.Callback):
                                 rewards=per_source | {self.reward.name: score}, reward=score)
 
     def _account(self, trainer, pl_module, prompt_tokens, out, report, rewards, mismatch):
-        reward = MeanMetric()
-        for x in rewards:
-            reward.update(x)
-        mean = float(reward.compute()) if rewards else float("nan")
+        mean = sum(rewards) / len(rewards) if rewards else float("nan")
         gen_tokens = sum(len(c) for c in out.completions)
         t = self.totals
         t["prompt_tokens"] += prompt_tokens

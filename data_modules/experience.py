@@ -103,29 +103,25 @@ TOKEN_FIELDS = ("ref_logprobs", "values", "returns", "token_advantages")  # opti
 
 
 def collate(records: list[ExperienceRecord], pad_id: int) -> ExperienceBatch:
-    """Right-pad prompt+completion and align per-completion-token fields to target positions."""
-    lengths = [len(r.prompt_ids) + len(r.completion_ids) for r in records]
-    B, L = len(records), max(lengths)
+    """Right-pad prompt+completion and align per-completion-token fields to target positions (target
+    position t predicts token t + 1, so record i's completion targets are p_i - 1 ... p_i + c_i - 2).
+    Vectorised: one tensor per field from the records' concatenated lists, scattered in place."""
+    prompt = torch.tensor([len(r.prompt_ids) for r in records])
+    completion = [len(r.completion_ids) for r in records]
+    lengths = prompt + torch.tensor(completion)
+    B, L = len(records), int(lengths.max())
+    positions = torch.arange(L)
+    attention = (positions < lengths[:, None]).long()
     input_ids = torch.full((B, L), pad_id, dtype=torch.long)
-    attention = torch.zeros((B, L), dtype=torch.long)
-    cmask = torch.zeros((B, L - 1))
-    behaviour = torch.zeros((B, L - 1))
-    per_token = {name: torch.zeros((B, L - 1)) if all(getattr(r, name) is not None for r in records) else None
-                 for name in TOKEN_FIELDS}
-    for i, r in enumerate(records):
-        p, c = len(r.prompt_ids), len(r.completion_ids)
-        input_ids[i, : p + c] = torch.tensor(r.prompt_ids + r.completion_ids)
-        attention[i, : p + c] = 1
-        span = slice(p - 1, p - 1 + c)  # target position t predicts token t + 1
-        cmask[i, span] = 1.0
-        if r.behaviour_logprobs is not None:
-            behaviour[i, span] = torch.tensor(r.behaviour_logprobs)
-        for name, tensor in per_token.items():
-            if tensor is not None:
-                tensor[i, span] = torch.tensor(getattr(r, name))
+    input_ids[attention.bool()] = torch.tensor([t for r in records for t in (*r.prompt_ids, *r.completion_ids)],
+                                               dtype=torch.long)
+    start = (prompt - 1)[:, None]
+    targets = (positions[None, :-1] >= start) & (positions[None, :-1] < start + lengths[:, None] - prompt[:, None])
+    fields = {name: _token_field(records, name, completion, targets) for name in ("behaviour_logprobs", *TOKEN_FIELDS)}
+    if fields["behaviour_logprobs"] is None:
+        fields["behaviour_logprobs"] = torch.zeros((B, L - 1))
     return ExperienceBatch(
-        input_ids=input_ids, attention_mask=attention, completion_mask=cmask,
-        behaviour_logprobs=behaviour, **per_token,
+        input_ids=input_ids, attention_mask=attention, completion_mask=targets.float(), **fields,
         rewards=torch.tensor([r.reward for r in records], dtype=torch.float),
         advantages=torch.tensor([r.advantage for r in records], dtype=torch.float),
         group_ids=torch.tensor([r.group_id for r in records], dtype=torch.long),
@@ -133,3 +129,20 @@ def collate(records: list[ExperienceRecord], pad_id: int) -> ExperienceBatch:
                                       for r in records]),
         records=records,
     )
+
+
+def _token_field(records: list[ExperienceRecord], name: str, completion: list[int], targets: torch.Tensor):
+    """Per-completion-token `name` of every record on its target positions [B, L-1] (0 elsewhere); None
+    when no record has it. Only behaviour log-probs may be missing on some records (their rows stay 0);
+    the optional TOKEN_FIELDS need every record's."""
+    values = [getattr(r, name) for r in records]
+    present = [v is not None for v in values]
+    if not any(present) or (name != "behaviour_logprobs" and not all(present)):
+        return None
+    for i, (v, c) in enumerate(zip(values, completion)):
+        if v is not None and len(v) != c:
+            raise ValueError(f"record {i}: {len(v)} {name} for {c} completion tokens")
+    out = torch.zeros(targets.shape)
+    rows = targets if all(present) else targets & torch.tensor(present)[:, None]
+    out[rows] = torch.tensor([x for v in values if v is not None for x in v], dtype=torch.float)
+    return out

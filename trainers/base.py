@@ -11,6 +11,7 @@ per-sequence mean), so the accumulated gradient is exactly that of the full-batc
 from __future__ import annotations
 
 import copy
+import itertools
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable
@@ -22,7 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from data_modules.experience import ExperienceBatch, ExperienceRecord
 from models.forward import sequence_token_logprobs
 from models.sharding import fully_shard_module, shard_model
-from trainers import distributed
+from trainers import distributed, step_log
 
 
 class NonFiniteLossError(RuntimeError):
@@ -122,15 +123,14 @@ class PolicyModule(L.LightningModule):
         block = getattr(self._trainer.strategy, "block_backward_sync", None) if self._trainer else None
         return nullcontext() if last or block is None else block()
 
-    def log_step(self, batch, loss: torch.Tensor, metrics: dict) -> None:
-        """train/loss and train/<metric> of the optimizer step (subclasses add their own)."""
-        n = len(batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=n)
-        self.log_dict({f"train/{k}": v for k, v in metrics.items() if k not in self.prog_bar_metrics},
-                      batch_size=n)
-        for k in self.prog_bar_metrics:
-            if k in metrics:
-                self.log(f"train/{k}", metrics[k], prog_bar=True, batch_size=n)
+    def log_step(self, batch, loss: torch.Tensor, metrics: dict, extra: dict | None = None) -> dict[str, float]:
+        """train/loss and train/<metric> of the optimizer step, plus `extra` (full names), in one row
+        (trainers/step_log.py); the loss and `prog_bar_metrics` also in the progress bar."""
+        row = {"train/loss": loss, **{f"train/{k}": v for k, v in metrics.items()}, **(extra or {})}
+        return step_log.emit(self, row, prog_bar=("train/loss", *(f"train/{k}" for k in self.prog_bar_metrics),
+                                                  *self.extra_prog_bar))
+
+    extra_prog_bar: tuple[str, ...] = ()  # full metric names also shown in the progress bar
 
     # ---- forward passes -------------------------------------------------------------------------
     def sequence_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> torch.Tensor:
@@ -164,9 +164,11 @@ class PolicyModule(L.LightningModule):
     @torch.no_grad()
     def frozen_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> list[list[float]]:
         """Completion-token log-probs of a frozen model, one list per record (for annotation)."""
-        lp = self.sequence_logprobs(model, batch.to(self.device)).cpu()
-        mask = batch.completion_mask.cpu().bool()
-        return [row[m].tolist() for row, m in zip(lp, mask)]
+        lp = self.sequence_logprobs(model, batch.to(self.device))
+        mask = batch.completion_mask.bool()
+        flat, counts = lp[mask].tolist(), mask.sum(-1).tolist()  # one device-to-host copy of the values
+        ends = list(itertools.accumulate(counts))
+        return [flat[end - n: end] for end, n in zip(ends, counts)]
 
     def annotate(self, records: list[ExperienceRecord]) -> list[ExperienceRecord]:
         """Add what the loss needs beyond the rollout (reference log-probs, advantages). Default: nothing."""

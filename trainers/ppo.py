@@ -113,11 +113,12 @@ class PPOModule(RolloutModule):
         loss = pg_loss + self.vf_coef * vf_loss
         return loss, metrics | {"pg_loss": pg_loss.detach(), "vf_loss": vf_loss.detach()} | vf_metrics
 
-    def log_step(self, batch: ExperienceBatch, loss: torch.Tensor, metrics: dict) -> None:
-        super().log_step(batch, loss, metrics)
+    def log_step(self, batch: ExperienceBatch, loss: torch.Tensor, metrics: dict) -> dict[str, float]:
+        row = super().log_step(batch, loss, metrics)
         kl = self.last_diagnostics.get("train/kl_behaviour", 0.0)
         if self.target_kl is not None and kl > self.target_kl:
             self.request_round_end("target_kl")
+        return row
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """The policy's trainable weights and the critic's (a shared critic's: its head alone)."""

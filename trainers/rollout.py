@@ -13,7 +13,7 @@ import torch
 from data_modules.experience import ExperienceBatch, ExperienceRecord, collate
 from losses.common import aggregation_weight, masked_mean
 from losses.correction import importance_diagnostics
-from trainers import distributed
+from trainers import distributed, step_log
 from trainers.base import PolicyModule, frozen_copy, is_lora
 
 STALENESS_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2_3"), (4, 7, "4_7"), (8, None, "8_up"))
@@ -132,35 +132,45 @@ class RolloutModule(PolicyModule):
         metrics["entropy"] = -masked_mean(logp.detach(), mask)
         return per_token, metrics
 
-    def log_step(self, batch: ExperienceBatch, loss: torch.Tensor, metrics: dict) -> None:
+    extra_prog_bar = ("rollout/reward_mean",)
+
+    def log_step(self, batch: ExperienceBatch, loss: torch.Tensor, metrics: dict) -> dict[str, float]:
         """train/* metrics of this optimizer step plus off-policy diagnostics, overall and per slice,
-        over the whole batch (diag's token-level ratio_mean/ratio_max replace the correction's)."""
+        over the whole batch (diag's token-level ratio_mean/ratio_max replace the correction's), in one
+        row read with one host sync (trainers/step_log.py)."""
         n = len(batch)
         diag = self.offpolicy_diagnostics(batch, self.step_logps(batch))
-        diag["rollout/reward_mean"] = float(batch.rewards.mean())
-        diag = distributed.weighted_means(diag, n)  # with ranks: the whole step's batch, every rank alike
-        self.log("rollout/reward_mean", diag.pop("rollout/reward_mean"), prog_bar=True, batch_size=n)
-        self.last_diagnostics = {k: float(v) for k, v in diag.items()}  # the drift trigger's one decision
-        super().log_step(batch, loss, {k: v for k, v in metrics.items() if f"train/{k}" not in diag})
-        self.log_dict(diag, batch_size=n)
+        diag["rollout/reward_mean"] = batch.rewards.mean()
+        if distributed.active():  # with ranks: the whole step's batch, every rank alike
+            diag = distributed.weighted_means(step_log.to_floats(diag), n)
+        kept = {k: v for k, v in metrics.items() if f"train/{k}" not in diag}
+        row = super().log_step(batch, loss, kept, extra=diag)
+        self.last_diagnostics = {k: row[k] for k in diag if k != "rollout/reward_mean"}  # the drift trigger's
+        return row                                                                         # one decision
 
     @torch.no_grad()
-    def offpolicy_diagnostics(self, batch: ExperienceBatch, logp: torch.Tensor) -> dict[str, float]:
+    def offpolicy_diagnostics(self, batch: ExperienceBatch, logp: torch.Tensor) -> dict[str, torch.Tensor | float]:
         """ess_frac, ratio mean/max and KL(behaviour ‖ current) over the batch and per slice (source:
-        fresh/replay/dataset; staleness bucket), plus the staleness histogram (share per bucket)."""
-        staleness = (self.policy_version - batch.policy_versions).where(batch.policy_versions >= 0, -1)
-        buckets = [staleness_bucket(int(s)) for s in staleness]
-        out = {f"train/{k}": float(v) for k, v in
-               importance_diagnostics(logp, batch.behaviour_logprobs, batch.completion_mask).items()}
-        generated = staleness[staleness >= 0].float()
-        out["train/staleness_mean"] = float(generated.mean()) if generated.numel() else 0.0
-        out["train/staleness_max"] = float(generated.max()) if generated.numel() else 0.0
+        fresh/replay/dataset; staleness bucket), plus the staleness histogram (share per bucket). A
+        slice that is the whole batch (fresh-only on-policy data) takes the overall values, uncomputed."""
+        versions = batch.policy_versions.tolist()
+        staleness = [self.policy_version - v if v >= 0 else -1 for v in versions]
+        buckets = [staleness_bucket(s) for s in staleness]
+        overall = importance_diagnostics(logp, batch.behaviour_logprobs, batch.completion_mask)
+        out: dict[str, torch.Tensor | float] = {f"train/{k}": v for k, v in overall.items()}
+        generated = [s for s in staleness if s >= 0]
+        out["train/staleness_mean"] = sum(generated) / len(generated) if generated else 0.0
+        out["train/staleness_max"] = float(max(generated)) if generated else 0.0
         counts = Counter(buckets)  # every bucket every step (0 when empty), so each step's histogram sums to 1
         out |= {f"train/staleness_hist/{b}": counts[b] / len(batch) for b in BUCKET_NAMES}
         for kind, labels in (("source", batch.served_as), ("staleness", buckets)):
-            for label in sorted(set(labels)):
-                rows = torch.tensor([x == label for x in labels], device=logp.device)
-                sliced = importance_diagnostics(logp[rows], batch.behaviour_logprobs[rows],
-                                                batch.completion_mask[rows])
-                out |= {f"train/{k}/{kind}_{label}": float(v) for k, v in sliced.items()}
+            names = sorted(set(labels))
+            for label in names:
+                if len(names) == 1:
+                    sliced = overall
+                else:
+                    rows = torch.tensor([x == label for x in labels], device=logp.device)
+                    sliced = importance_diagnostics(logp[rows], batch.behaviour_logprobs[rows],
+                                                    batch.completion_mask[rows])
+                out |= {f"train/{k}/{kind}_{label}": v for k, v in sliced.items()}
         return out
