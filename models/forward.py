@@ -58,13 +58,16 @@ def is_right_padded(attention_mask: torch.Tensor | None) -> bool:
 
 
 def sequence_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                            temperature: float, with_hidden: bool = False):
+                            temperature: float, with_hidden: bool = False, first_target: int = 0):
     """Log-probs [B, L-1] of input_ids[:, 1:] under softmax(logits / temperature), float32; with
-    `with_hidden`, also the last hidden states [B, L, H] (a shared value head reads them)."""
+    `with_hidden`, also the last hidden states [B, L, H] (a shared value head reads them).
+    `first_target`: the LM head runs on target positions from this one on only (the batch's first
+    completion token: prompt positions need no log-prob), and the columns before it are 0."""
     parts = decoder_and_head(model)
     if parts is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=with_hidden)
-        lp = token_logprobs(out.logits[:, :-1], input_ids[:, 1:], temperature)
+        lp = token_logprobs(out.logits[:, first_target:-1], input_ids[:, first_target + 1:], temperature)
+        lp = _pad_left(lp, first_target)
         return (lp, out.hidden_states[-1]) if with_hidden else lp
     decoder, head = parts
     if is_sharded(model):
@@ -73,8 +76,13 @@ def sequence_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torc
         hidden = lean_llama.train_hidden(decoder, input_ids)
     else:
         hidden = hidden_states(decoder, input_ids, attention_mask)
-    lp = head_token_logprobs(hidden[:, :-1], head, input_ids[:, 1:], temperature)
+    lp = head_token_logprobs(hidden[:, first_target:-1], head, input_ids[:, first_target + 1:], temperature)
+    lp = _pad_left(lp, first_target)
     return (lp, hidden) if with_hidden else lp
+
+
+def _pad_left(lp: torch.Tensor, columns: int) -> torch.Tensor:
+    return torch.cat([lp.new_zeros((lp.shape[0], columns)), lp], dim=1) if columns else lp
 
 
 def hidden_states_through_root(model, decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -136,7 +136,8 @@ class PolicyModule(L.LightningModule):
     def sequence_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> torch.Tensor:
         """Per-token log-probs [B, T] of batch.input_ids[:, 1:] under `model` at the sampling temperature
         (float32; the [B, T, vocab] logits are never held at once: models/forward.py)."""
-        return sequence_token_logprobs(model, batch.input_ids, batch.attention_mask, self.temperature)
+        return sequence_token_logprobs(model, batch.input_ids, batch.attention_mask, self.temperature,
+                                       first_target=first_target(batch.completion_mask))
 
     @contextmanager
     def reference_model(self):
@@ -228,6 +229,12 @@ class PolicyModule(L.LightningModule):
         if self.scheduler_factory is None:
             return opt
         return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
+
+
+def first_target(completion_mask: torch.Tensor) -> int:
+    """The first target position any row's completion occupies (0 for an empty mask)."""
+    used = completion_mask.any(0)
+    return int(used.int().argmax()) if bool(used.any()) else 0
 
 
 class StepMetrics:
