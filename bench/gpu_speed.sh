@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# policyshift GPU speed in one go (≤ 10 minutes, setup included): generation tokens/s and MFU of the
+# generator seam vs model.generate (and vLLM where it imports), then GRPO (generator=hf, =vllm) and DPO
+# through train.py, on a ~0.5B Qwen2-shaped model with random weights in bf16. What is measured and how:
+# the docstring of bench/gpu_speed.py. NOT RUN ON A GPU YET (only `python bench/gpu_speed.py --dry-run`
+# on CPU has been checked).
+#
+#   bash bench/gpu_speed.sh                     # results: $OUT/gpu_speed.{json,md}, else bench/results/
+#   SKIP_INSTALL=1 PEAK_TFLOPS=989 VLLM_PYTHON=/path/to/venv/bin/python bash bench/gpu_speed.sh
+#
+# Setup as bench/hardware_gpu.sh: `pip install -r requirements.txt` (already satisfied: a no-op); a machine
+# without network installs from $WHEELHOUSE (`pip download -d DIR -r requirements.txt` elsewhere) or not at
+# all: a failed install is reported and the run goes on with what is installed. vLLM is never installed
+# here (requirements-vllm.txt is the CPU build): it is used where `import vllm` works, else skipped.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/results}
+export OUT
+TOTAL_S=${TOTAL_S:-590}                 # the whole script; the python gets what is left, at most 540 s
+INSTALL_TIMEOUT_S=${INSTALL_TIMEOUT_S:-60}
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+START=$(date +%s)
+mkdir -p "$OUT"
+
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "no GPU here (nvidia-smi -L fails): this script is for a GPU machine;" \
+         "on CPU check the plumbing with: OMP_NUM_THREADS=1 python bench/gpu_speed.py --dry-run" >&2
+    exit 1
+fi
+
+# --- setup -------------------------------------------------------------------------------------------
+PIP=(python -m pip install -q --retries 1 --timeout 20 -r requirements.txt)
+if [[ -n "${WHEELHOUSE:-}" ]]; then PIP+=(--no-index --find-links "$WHEELHOUSE"); fi
+if [[ -n "${SKIP_INSTALL:-}" ]]; then
+    echo "install: skipped (SKIP_INSTALL set)"
+elif timeout "$INSTALL_TIMEOUT_S" "${PIP[@]}" > "$OUT/gpu_speed_install.log" 2>&1; then
+    echo "install: ok"
+else
+    echo "install: FAILED (exit $?; see $OUT/gpu_speed_install.log): running with what is installed"
+fi
+
+nvidia-smi | tee "$OUT/gpu_speed_nvidia_smi.txt"
+python -c "import torch, transformers, lightning; print(f'torch {torch.__version__} (CUDA {torch.version.cuda}, \
+available: {torch.cuda.is_available()}), transformers {transformers.__version__}, lightning {lightning.__version__}')"
+
+# --- the measurements ------------------------------------------------------------------------------
+LEFT=$(( TOTAL_S - ($(date +%s) - START) ))
+LIMIT=$(( LEFT < 540 ? LEFT : 540 ))
+echo "[$(( $(date +%s) - START )) s] python bench/gpu_speed.py (limit $LIMIT s)"
+timeout -k 10 "$LIMIT" python bench/gpu_speed.py --budget-s $(( LIMIT - 20 )) \
+    --peak-tflops "${PEAK_TFLOPS:-989}" ${VLLM_PYTHON:+--vllm-python "$VLLM_PYTHON"} 2>&1 \
+    | tee "$OUT/gpu_speed.log" | grep -v -E 'it/s\]|Loading weights|Writing model'
+RC=${PIPESTATUS[0]}
+tail -n 400 "$OUT/gpu_speed.log" > "$OUT/gpu_speed.log.tmp" && mv "$OUT/gpu_speed.log.tmp" "$OUT/gpu_speed.log"
+echo "exit $RC after $(( $(date +%s) - START )) s; report: $OUT/gpu_speed.md (run folders: /tmp/policyshift_gpu_speed/runs)"
+[[ -f "$OUT/gpu_speed.md" ]] && cat "$OUT/gpu_speed.md"
+exit "$RC"
