@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from losses.linear_logprobs import linear_token_logprobs
+from losses.linear_logprobs import KEEP_ELEMENTS, linear_token_logprobs
 
 
 CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MB in float32): bounds memory at any vocabulary size
@@ -39,15 +39,17 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
 
 
 def head_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float = 1.0,
-                        chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
+                        chunk_elements: int = CHUNK_ELEMENTS, keep_elements: int = KEEP_ELEMENTS) -> torch.Tensor:
     """Like `token_logprobs`, from hidden states [B, T, H] through `head` (the LM head, H → V), chunk by
-    chunk: the [B, T, V] logits never exist at once (head=None: `hidden` already holds the logits)."""
+    chunk: the [B, T, V] logits never exist at once (head=None: `hidden` already holds the logits).
+    A plain linear head computes up to `keep_elements` logits in one piece and keeps their softmax
+    for backward instead of recomputing it (losses/linear_logprobs.py)."""
     shape = targets.shape
     flat, tgt = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     vocab = head.weight.shape[0] if head is not None else flat.shape[-1]
     if _plain_linear(head):  # one reused logits buffer and one weight-gradient buffer: the fused path
         rows = max(1, chunk_elements // vocab)
-        return linear_token_logprobs(flat, head.weight, tgt, temperature, rows).view(shape)
+        return linear_token_logprobs(flat, head.weight, tgt, temperature, rows, keep_elements).view(shape)
     fn = (lambda h, t: _chunk_logprobs(head(h), t, temperature)) if head is not None else (
         lambda h, t: _chunk_logprobs(h, t, temperature))
     spans = _chunks(flat.shape[0], vocab, chunk_elements)

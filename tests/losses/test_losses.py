@@ -270,7 +270,7 @@ def test_fused_linear_logprobs_values_gradients_and_bounded_buffers(dtype, tol):
     targets = torch.randint(0, vocab, (rows,))
     weights = torch.randn(rows)
     with LargestOp() as probe:
-        got = head_token_logprobs(hidden, head, targets, 0.7, chunk_elements=3 * vocab)
+        got = head_token_logprobs(hidden, head, targets, 0.7, chunk_elements=3 * vocab, keep_elements=0)
         (got * weights).sum().backward()
     assert probe.largest <= max(3 * vocab, vocab * width) < rows * vocab
     g_hidden, g_weight = hidden.grad.float(), head.weight.grad.float()
@@ -280,3 +280,12 @@ def test_fused_linear_logprobs_values_gradients_and_bounded_buffers(dtype, tol):
     (want * weights).sum().backward()
     assert got.dtype == torch.float32 and torch.allclose(got, want, atol=tol)
     assert torch.allclose(g_hidden, h32.grad, atol=tol) and torch.allclose(g_weight, w32.grad, atol=tol)
+    # within the keep budget: one piece, its softmax kept for backward (no recompute), the same results
+    hidden.grad, head.weight.grad = None, None
+    with LargestOp() as probe:
+        kept = head_token_logprobs(hidden, head, targets, 0.7, chunk_elements=3 * vocab, keep_elements=rows * vocab)
+        (kept * weights).sum().backward()
+    assert probe.largest >= rows * vocab  # the whole [rows, vocab] was held
+    assert torch.allclose(kept, want, atol=tol)
+    assert torch.allclose(hidden.grad.float(), h32.grad, atol=tol)
+    assert torch.allclose(head.weight.grad.float(), w32.grad, atol=tol)
