@@ -165,8 +165,8 @@ class PolicyModule(L.LightningModule):
     @torch.no_grad()
     def frozen_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> list[list[float]]:
         """Completion-token log-probs of a frozen model, one list per record (for annotation)."""
-        lp = self.sequence_logprobs(model, batch.to(self.device))
-        mask = batch.completion_mask.bool()
+        batch = batch.to(self.device)
+        lp, mask = self.sequence_logprobs(model, batch), batch.completion_mask.bool()
         flat, counts = lp[mask].tolist(), mask.sum(-1).tolist()  # one device-to-host copy of the values
         ends = list(itertools.accumulate(counts))
         return [flat[end - n: end] for end, n in zip(ends, counts)]
