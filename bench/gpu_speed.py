@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
 
 from bench.run import run_metrics  # noqa: E402
 from bench.workloads import policyshift_side  # noqa: E402
-from bench.workloads.prepare import TASK, _fresh, _stamp  # noqa: E402
+from bench.workloads.prepare import TASK, _fresh, save_folder  # noqa: E402
 from bench.workloads.spec import SEED, Workload  # noqa: E402
 
 SIZES = {  # Qwen2Config fields; vocab_size None: the character tokenizer's own (100 tokens)
@@ -80,12 +80,7 @@ def write_model(folder: Path, size: dict, device: str) -> Path:
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(SEED)
         model = Qwen2ForCausalLM(config).to(torch.bfloat16)
-    for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
-        setattr(model.generation_config, key, getattr(tokenizer, key))
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    _stamp(folder, settings)
-    return folder
+    return save_folder(model, tokenizer, folder, settings)
 
 
 def generation(engine: str, folder: Path, mode: str) -> dict:

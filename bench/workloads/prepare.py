@@ -68,12 +68,18 @@ def write_model(cache: Path, name: str) -> Path:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec["seed"])
             model = LlamaForCausalLM(config)
-        for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
-            setattr(model.generation_config, key, getattr(tokenizer, key))
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    _stamp(out, spec)
-    return out
+    return save_folder(model, tokenizer, out, spec)
+
+
+def save_folder(model, tokenizer, folder: Path, spec: dict) -> Path:
+    """Write `model` and `tokenizer` with save_pretrained (the tokenizer's special ids in the generation
+    config) and stamp the folder with the `spec` it was built from, so a later run reuses it."""
+    for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        setattr(model.generation_config, key, getattr(tokenizer, key))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    _stamp(folder, spec)
+    return folder
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
