@@ -34,7 +34,7 @@ class PolicyModule(L.LightningModule):
     """Holds the policy; subclasses implement `micro_loss` (and `annotate` for online data)."""
 
     automatic_optimization = False  # training_step runs the micro-batches and steps the optimizer
-    prog_bar_metrics: tuple[str, ...] = ()  # train/<name> shown in the progress bar beside the loss
+    prog_bar_metrics: tuple[str, ...] = ()  # metric names shown in the progress bar beside train/loss
 
     def __init__(self, name: str, default_data: str, policy: PreTrainedModel,
                  tokenizer: PreTrainedTokenizerBase, optimizer: Callable, scheduler: Callable | None,
@@ -127,10 +127,7 @@ class PolicyModule(L.LightningModule):
         """train/loss and train/<metric> of the optimizer step, plus `extra` (full names), in one row
         (trainers/step_log.py); the loss and `prog_bar_metrics` also in the progress bar."""
         row = {"train/loss": loss, **{f"train/{k}": v for k, v in metrics.items()}, **(extra or {})}
-        return step_log.emit(self, row, prog_bar=("train/loss", *(f"train/{k}" for k in self.prog_bar_metrics),
-                                                  *self.extra_prog_bar))
-
-    extra_prog_bar: tuple[str, ...] = ()  # full metric names also shown in the progress bar
+        return step_log.emit(self, row, prog_bar=("train/loss", *self.prog_bar_metrics))
 
     # ---- forward passes -------------------------------------------------------------------------
     def sequence_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> torch.Tensor:

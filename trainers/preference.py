@@ -24,7 +24,7 @@ class PreferenceModule(PolicyModule):
     instead of summing them; `annotate_batch_size` records per no-grad reference/eval forward (null:
     data.micro_batch_size)."""
 
-    prog_bar_metrics = ("reward_acc",)
+    prog_bar_metrics = ("train/reward_acc",)
 
     def __init__(self, beta: float, precompute_reference: bool, length_normalize: bool,
                  annotate_batch_size: int, **kwargs):

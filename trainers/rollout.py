@@ -37,7 +37,7 @@ class RolloutModule(PolicyModule):
     a frozen copy, or under LoRA the policy with its adapter disabled (no copy). `loss_max_len` is
     the constant that seq_mean_token_sum_norm (Dr. GRPO) divides by."""
 
-    prog_bar_metrics = ("kl",)
+    prog_bar_metrics = ("train/kl", "rollout/reward_mean")
 
     def __init__(self, group_size: int, epochs_per_round: int, correction: Callable, beta: float,
                  kl_estimator: Callable, loss_agg_mode: str, loss_max_len: int | None,
@@ -131,8 +131,6 @@ class RolloutModule(PolicyModule):
             metrics["kl"] = masked_mean(kl.detach(), mask)
         metrics["entropy"] = -masked_mean(logp.detach(), mask)
         return per_token, metrics
-
-    extra_prog_bar = ("rollout/reward_mean",)
 
     def log_step(self, batch: ExperienceBatch, loss: torch.Tensor, metrics: dict) -> dict[str, float]:
         """train/* metrics of this optimizer step plus off-policy diagnostics, overall and per slice,
