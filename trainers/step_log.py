@@ -39,7 +39,7 @@ def emit(module, metrics: dict, prog_bar: tuple[str, ...] = ()) -> dict[str, flo
     tensors = {k: torch.tensor(v) for k, v in floats.items()}
     connector._callback_metrics.update(tensors)
     connector._logged_metrics.update(tensors)
-    connector._progress_bar_metrics.update({k: tensors[k] for k in prog_bar if k in tensors})
+    connector._progress_bar_metrics.update({k: floats[k] for k in prog_bar if k in floats})  # floats, as Lightning's
     if not trainer.is_global_zero or not trainer.loggers or not trainer.log_every_n_steps:
         return floats
     step = trainer.fit_loop.epoch_loop._batches_that_stepped  # the step of Lightning's training rows
