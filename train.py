@@ -4,7 +4,7 @@
     python train.py algorithm=sft data=demonstrations trainer.max_steps=200
     python train.py -m seed=1,2,3                    # a sweep: one output dir and W&B run per job
     python train.py resume=true hydra.run.dir=DIR    # continue a killed run from its checkpoints
-    python train.py hardware=ddp trainer.devices=2   # 2 ranks (started under torchrun: trainers/launch.py)
+    python train.py hardware=ddp trainer.devices=2   # 2 ranks (started under torchrun: run/launch.py)
     python train.py print_config=true                # every stage's resolved config; runs and writes nothing
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from models.memory import return_large_blocks_to_os  # noqa: E402
+from hardware.memory import return_large_blocks_to_os  # noqa: E402
 
 return_large_blocks_to_os()  # before any large tensor: freed logit chunks go back to the OS
 
@@ -31,16 +31,17 @@ from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from callbacks.summary import RunSummary  # noqa: E402
+from hardware import distributed  # noqa: E402
+from hardware.console import say0  # noqa: E402
 from models.lora import save_policy  # noqa: E402
-from models.model_card import write_model_card  # noqa: E402
-from trainers.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E402
-from trainers.command_line import exit_on_bad_command_line  # noqa: E402
-from trainers.errors import exit_with, full_traceback, user_error  # noqa: E402
-from trainers.pipeline import (batch_arithmetic, checkpoint_dir, load_finished_policy,  # noqa: E402
-                               plan_stages, print_batch_arithmetic, run_stage, say0, set_run_fields)
-from trainers import distributed  # noqa: E402
-from trainers.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
-from trainers.run_record import RunPlan, plan_run, write_record  # noqa: E402
+from run.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E402
+from run.command_line import exit_on_bad_command_line  # noqa: E402
+from run.errors import exit_with, full_traceback, user_error  # noqa: E402
+from run.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
+from run.model_card import write_model_card  # noqa: E402
+from run.run_record import RunPlan, plan_run, write_record  # noqa: E402
+from run.stages import (batch_arithmetic, checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
+                        print_batch_arithmetic, run_stage, set_run_fields)
 
 
 def run_names(hc) -> tuple[Path, str, str]:
@@ -102,7 +103,7 @@ def print_stages(cfg: DictConfig, user_overrides: list[str], out: Path, group: s
 
 def launch_ranks(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
     """A multi-process job started here: validate every stage and check the folder (writing nothing),
-    then run the job's ranks under torchrun (trainers/launch.py); their summary."""
+    then run the job's ranks under torchrun (run/launch.py); their summary."""
     _, cfg, _ = _plan(cfg, user_overrides, out)  # a resume: the run's recorded config
     return run_ranks(cfg.trainer, user_overrides, out, group, name)
 

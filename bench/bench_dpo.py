@@ -7,7 +7,7 @@
 
 What runs. As in bench/bench_train.py: the project's Hydra config (conf/: algorithm=dpo,
 data=static_preferences with its synthetic arithmetic pairs) with the overrides below, every part built
-the way `trainers.pipeline.run_stage` builds it, and a real `lightning.Trainer` fit (closure, backward,
+the way `run.stages.run_stage` builds it, and a real `lightning.Trainer` fit (closure, backward,
 gradient clipping, scheduler, logging included; loggers, progress bar, held-out evaluation and
 checkpointing not).
 
@@ -58,8 +58,8 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from trainers.pipeline import build
-    from trainers.validation import validate
+    from run.stages import build
+    from run.validation.config import validate
 
     if threads:
         torch.set_num_threads(threads)

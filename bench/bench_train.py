@@ -7,7 +7,7 @@
 
 What runs. Each case composes the project's Hydra config (conf/, so lr, clipping, annotate batch size,
 gradient clipping... are the YAML defaults) with the overrides below, builds every part the way
-`trainers.pipeline.run_stage` does (models.tiny.build_tiny, models.generation.HFGenerator, the
+`run.stages.run_stage` does (models.tiny.build_tiny, generators.hf.HFGenerator, the
 rewards verifier, data_modules.*, trainers.grpo.GRPOModule / trainers.sft.SFTModule) and fits a real
 `lightning.Trainer` with `callbacks.regenerate.RegenerateExperience`. A real Trainer rather than a
 hand-driven `training_step` + `optimizer.step()`, because the per-step cost a user pays includes what
@@ -192,12 +192,12 @@ def run_case(case: str, warmup: int, runs: int, threads: int | None) -> dict:
     from hydra.utils import instantiate
 
     from callbacks.regenerate import RegenerateExperience
-    from trainers.pipeline import build
-    from trainers.validation import validate
+    from run.stages import build
+    from run.validation.config import validate
 
     if threads:
         torch.set_num_threads(threads)
-    from models.memory import return_large_blocks_to_os
+    from hardware.memory import return_large_blocks_to_os
     return_large_blocks_to_os()  # as train.py does
 
     class TimedRegenerate(RegenerateExperience):

@@ -10,9 +10,9 @@ tokenizer padded to 151,936 tokens (models/tokenizer.py), as bench/workloads/pre
 
 1. Generation alone (in this process; vLLM in a subprocess of the python that imports it): 64 prompts of
    the arithmetic task × 8 samples, 256 new tokens, eos ignored, temperature 1, no top-k/top-p, one
-   warm-up call, then `repeats` timed calls (median). Engines: `seam` models.generation.HFGenerator.sample
+   warm-up call, then `repeats` timed calls (median). Engines: `seam` generators.hf.HFGenerator.sample
    (generator=hf), `generate` plain model.generate(do_sample=True, top_k=0), `vllm`
-   models.vllm_generator.VLLMGenerator.sample (generator=vllm; its time includes the weight sync it does
+   generators.vllm.VLLMGenerator.sample (generator=vllm; its time includes the weight sync it does
    every call). MFU = 2 × params × (prompt + generated tokens of every sequence) / seconds / peak.
 2. GRPO (16 prompts × 8, 128 new tokens, β 0.04; generator=hf and generator=vllm) and DPO (32 pairs, a
    reference copy) end to end through `python train.py` (bench/workloads/policyshift_side.py's overrides,
@@ -87,8 +87,8 @@ def generation(engine: str, folder: Path, mode: str) -> dict:
     """One engine's generation figures: warm-up call, then the median of `repeats` timed calls."""
     import torch
 
-    from data_modules.tasks.arithmetic import arithmetic_task
     from models.hf import load_hf
+    from tasks.arithmetic import arithmetic_task
 
     s = SHAPES[mode]
     device = "cuda" if mode == "gpu" else "cpu"
@@ -102,7 +102,7 @@ def generation(engine: str, folder: Path, mode: str) -> dict:
     if engine == "generate":
         from transformers import GenerationConfig
 
-        from models.generation import left_pad
+        from generators.hf import left_pad
 
         ids, mask = (t.to(device) for t in left_pad(batch, tokenizer.pad_token_id))
         config = GenerationConfig(do_sample=True, top_k=0, top_p=1.0, temperature=1.0, max_new_tokens=n,
@@ -114,9 +114,9 @@ def generation(engine: str, folder: Path, mode: str) -> dict:
             return int(out[:, ids.shape[1]:].numel())
     else:
         if engine == "seam":
-            from models.generation import HFGenerator as Generator
+            from generators.hf import HFGenerator as Generator
         else:
-            from models.vllm_generator import VLLMGenerator as Generator
+            from generators.vllm import VLLMGenerator as Generator
 
             sampling |= dict(kv_cache_memory_bytes=VLLM_KV_BYTES[mode], max_model_len=1024, seed=SEED)
         gen = Generator(**sampling)

@@ -23,7 +23,8 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models import generation, lean_llama  # noqa: E402
+from generators import hf as generation  # noqa: E402
+from models import lean_llama  # noqa: E402
 from models.forward import last_position_logits, sequence_token_logprobs  # noqa: E402
 from models.tiny import build_tiny  # noqa: E402
 

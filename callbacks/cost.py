@@ -24,7 +24,7 @@ import time
 import lightning as L
 
 from callbacks.logging import find_callback, log_now
-from trainers import distributed
+from hardware import distributed
 
 
 class StepClock(L.Callback):

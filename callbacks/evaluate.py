@@ -24,12 +24,13 @@ import lightning as L
 from omegaconf import ListConfig
 from torchmetrics import MeanMetric
 
-from callbacks.logging import find_callback, log_now, say
-from data_modules.tasks.base import Task, encode_prompt
-from models.generation import HFGenerator
-from models.sharding import full_weights
+from callbacks.logging import find_callback, log_now
+from generators.hf import HFGenerator
+from hardware import distributed
+from hardware.console import say
+from hardware.sharding import full_weights
 from rewards.base import RewardSource, ScoreReport, safe_score
-from trainers import distributed
+from tasks.base import Task, encode_prompt
 
 
 def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: RewardSource,

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import lightning as L
 
-from callbacks.logging import find_callback, say
+from callbacks.logging import find_callback
+from hardware.console import say
 
 HINTS = {
     "zero_variance": "every group's rewards are equal (no advantage, no gradient): start from an SFT "

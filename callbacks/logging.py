@@ -1,11 +1,8 @@
-"""Log from any hook (Lightning forbids self.log in on_fit_start/on_train_end): straight to the loggers."""
+"""Log from any hook (Lightning forbids self.log in on_fit_start/on_train_end): straight to the loggers.
+Console lines (rank 0, above the progress bar): hardware/console.py."""
 from __future__ import annotations
 
-import sys
-
 import lightning as L
-from lightning.pytorch.callbacks import TQDMProgressBar
-from tqdm import tqdm
 
 
 def log_now(trainer: L.Trainer, metrics: dict[str, float]) -> None:
@@ -18,19 +15,3 @@ def log_now(trainer: L.Trainer, metrics: dict[str, float]) -> None:
 def find_callback(trainer: L.Trainer, name: str):
     """The trainer's callback of class `name` (by name: callbacks read each other without importing), or None."""
     return next((cb for cb in trainer.callbacks if type(cb).__name__ == name), None)
-
-
-def say(trainer: L.Trainer, message: str) -> None:
-    """Print a line on rank 0 without breaking the progress bar. TQDMProgressBar.print drops the line
-    while no bar is open (at fit start, before the first epoch): tqdm.write prints it above open bars,
-    or as a plain line when there are none."""
-    if not trainer.is_global_zero:
-        return
-    bar = trainer.progress_bar_callback
-    if isinstance(bar, TQDMProgressBar) and bar.is_enabled:
-        tqdm.write(message, file=sys.stdout)
-        sys.stdout.flush()
-    elif bar is not None and getattr(bar, "is_enabled", False) and hasattr(bar, "print"):
-        bar.print(message)
-    else:
-        print(message, flush=True)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import lightning as L
 
-from callbacks.logging import log_now, say
+from callbacks.logging import log_now
+from hardware.console import say
 
 
 class PreferenceEvaluation(L.Callback):

@@ -13,7 +13,7 @@ reports what the project does on purpose:
 - "You have overridden `transfer_batch_to_device` ... but have passed in a `LightningDataModule`":
   trainers/base.py moves ExperienceBatch itself, whatever data module serves it;
 - "Checkpoint directory ... exists and is not empty": a resumed stage saves beside the checkpoint it
-  resumed from (a new run refuses a folder that holds one, trainers/run_record.py).
+  resumed from (a new run refuses a folder that holds one, run/run_record.py).
 """
 from __future__ import annotations
 

@@ -15,13 +15,15 @@ import copy
 import lightning as L
 import torch
 
-from callbacks.logging import log_now, say
+from callbacks.logging import log_now
 from data_modules.experience import ExperienceRecord, Provenance, collate
+from generators.base import GenerationOutput
+from generators.hf import HFGenerator
+from hardware import distributed
+from hardware.console import say
+from hardware.sharding import full_weights
 from losses.kl import k3
-from models.generation import GenerationOutput, HFGenerator
-from models.sharding import full_weights
 from rewards.base import RewardSource, ScoreReport, safe_score
-from trainers import distributed
 
 
 class RegenerateExperience(L.Callback):

@@ -29,7 +29,8 @@ import torch
 import yaml
 
 from callbacks.evaluate import generated_tokens
-from callbacks.logging import find_callback, say
+from callbacks.logging import find_callback
+from hardware.console import say
 
 # per-step series: plot name → the callback_metrics key it reads
 STEP_KEYS = {"reward": "rollout/reward_mean", "kl": "train/kl", "ess": "train/ess_frac"}

@@ -91,10 +91,12 @@ def _recorded(path: Path, key: str | None = None):
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
-def _with_arithmetic(config: dict) -> dict:
-    from trainers.pipeline import batch_arithmetic  # here: trainers.pipeline builds this logger
+def _with_arithmetic(config: dict, describe_batch) -> dict:
+    """`config` with its batch arithmetic (`describe_batch(cfg)`, given by the spine), when it has one."""
+    if describe_batch is None:
+        return config
     try:
-        return config | {"batch_arithmetic": batch_arithmetic(OmegaConf.create(config))}
+        return config | {"batch_arithmetic": describe_batch(OmegaConf.create(config))}
     except Exception:  # a config without data/trainer (not a training stage): its keys alone
         return config
 
@@ -111,11 +113,14 @@ class StageWandbLogger(WandbLogger):
         self.stage = stage
         self.step_offset = earlier_steps(self._save_dir or ".", stage) if step_offset is None else int(step_offset)
         self._stage_config: dict | None = None
+        self._describe_batch = None
         self._described = False
 
-    def set_stage_config(self, cfg: DictConfig) -> None:
-        """The live stage's config (trainers/pipeline.build_loggers): logged resolved, under its name."""
+    def set_stage_config(self, cfg: DictConfig, describe_batch=None) -> None:
+        """The live stage's config (run/stages.build_loggers): logged resolved, under its name, each
+        stage's with `describe_batch(stage_cfg)` (one line of batch arithmetic) when given."""
         self._stage_config = OmegaConf.to_container(cfg, resolve=True)
+        self._describe_batch = describe_batch
 
     @property
     @rank_zero_experiment
@@ -144,7 +149,7 @@ class StageWandbLogger(WandbLogger):
         configs = recorded_stage_configs(self._save_dir or ".")
         if self._stage_config is not None:
             configs[self.stage] = self._stage_config
-        config = {name: _with_arithmetic(c) for name, c in configs.items() if isinstance(c, dict)}
+        config = {name: _with_arithmetic(c, self._describe_batch) for name, c in configs.items() if isinstance(c, dict)}
         config["stages"] = list(configs)
         run.config.update(config, allow_val_change=True)
         for name, metrics in finished_stages(self._save_dir or ".").items():
@@ -181,7 +186,7 @@ class WandbSamples(L.Callback):
     """With `logger=wandb`, on rank 0: a `wandb.Table` of `rows_per_round` samples of what each round
     serves (`<stage>/rollout/samples`, every `every_n_rounds` rounds; an offline data module's
     records once, at the stage's first epoch), and at train end the stage's summary values (as
-    trainers/pipeline.run_stage gathers them: train/steps, every callback's summary(), the last
+    run/stages.run_stage gathers them: train/steps, every callback's summary(), the last
     train/* values) in run.summary. Rows are picked evenly over the round (fresh groups, then
     replayed ones); no random number is drawn, so a run's course is the same with or without it."""
 

@@ -8,8 +8,8 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from data_modules.experience import ExperienceRecord, collate
-from data_modules.tasks.base import Task
-from trainers import distributed
+from hardware import distributed
+from tasks.base import Task
 
 
 class ExperienceDataModule(L.LightningDataModule):

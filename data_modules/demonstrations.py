@@ -6,7 +6,7 @@ from transformers import PreTrainedTokenizerBase
 
 from data_modules.base import ExperienceDataModule
 from data_modules.experience import ExperienceRecord, Provenance
-from data_modules.tasks.base import Task, encode_completion, encode_prompt
+from tasks.base import Task, encode_completion, encode_prompt
 
 
 class DemonstrationsDataModule(ExperienceDataModule):

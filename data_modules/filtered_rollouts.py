@@ -4,9 +4,9 @@ varies, and `batch_size` counts what is kept (pairs or records). A round that ke
 tied) is counted and the previous round is served again; only an empty first round is an error."""
 from __future__ import annotations
 
-from callbacks.logging import say
 from data_modules.fresh_rollouts import FreshRolloutsDataModule
 from data_modules.preferences import collate_records
+from hardware.console import say
 
 
 class FilteredRolloutsDataModule(FreshRolloutsDataModule):

@@ -11,7 +11,7 @@ from data_modules.base import ExperienceDataModule
 from data_modules.buffer import ExperienceBuffer
 from data_modules.experience import ExperienceRecord
 from data_modules.store import ExperienceStore
-from data_modules.tasks.base import Example, Task, encode_prompt
+from tasks.base import Example, Task, encode_prompt
 
 
 class FreshRolloutsDataModule(ExperienceDataModule):

@@ -20,8 +20,8 @@ from transformers import PreTrainedTokenizerBase
 
 from data_modules.experience import Provenance
 from data_modules.preferences import PreferenceRecord, UnpairedRecord
-from data_modules.tasks.base import encode_completion, encode_prompt
-from data_modules.tasks.jsonl import read_jsonl_objects
+from tasks.base import encode_completion, encode_prompt
+from tasks.jsonl import read_jsonl_objects
 
 
 class PreferenceDataError(ValueError):

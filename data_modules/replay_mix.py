@@ -23,7 +23,7 @@ class ReplayMixDataModule(FreshRolloutsDataModule):
     def __init__(self, replay_ratio: float, max_staleness: int | None, max_reuse: int | None,
                  eviction: str, sampling: str, priority_alpha: float, harvest: str | None,
                  harvest_mismatch: str, allow_uncorrected: bool, refresh_on_drift: bool, **kwargs):
-        # allow_uncorrected is read by trainers/validation.py (correction=none on replayed data)
+        # allow_uncorrected is read by run/validation/config.py (correction=none on replayed data)
         self.buffer_rules = dict(max_staleness=max_staleness, max_reuse=max_reuse, eviction=eviction,
                                  sampling=sampling, priority_alpha=priority_alpha)
         super().__init__(**kwargs)

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase
 from data_modules.preference_files import Columns, PreferenceDataError, load_records
 from data_modules.preferences import (PreferenceDataModule, PreferenceRecord, UnpairedRecord,
                                       assign_kl_completions, unpair)
-from data_modules.tasks.base import Task
+from tasks.base import Task
 
 NO_LIMIT = 1_000_000  # tokenizers without a real limit report ~1e30
 

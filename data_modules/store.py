@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_modules.experience import ExperienceRecord, Provenance
-from data_modules.tasks.base import encode_prompt
+from tasks.base import encode_prompt
 
 FORMAT_VERSION = "1"
 PROV_PREFIX = "prov_"

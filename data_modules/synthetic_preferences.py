@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerBase
 
 from data_modules.experience import Provenance
 from data_modules.preferences import PreferenceRecord
-from data_modules.tasks.base import Example, Task, encode_completion, encode_prompt
+from tasks.base import Example, Task, encode_completion, encode_prompt
 
 SUM = re.compile(r"^\s*(\d+)\s*\+\s*(\d+)\s*=\s*$")
 HELDOUT_SEED = 0
@@ -81,21 +81,20 @@ def arithmetic_pairs(task: Task, tokenizer: PreTrainedTokenizerBase, num_pairs: 
 
 def checkpoint_pairs(task: Task, tokenizer: PreTrainedTokenizerBase, num_pairs: int | None, seed: int,
                      checkpoint: str, samples_per_prompt: int, temperature: float, max_new_tokens: int,
-                     batch_size: int) -> tuple[list[PreferenceRecord], list[PreferenceRecord]]:
+                     batch_size: int, verifier) -> tuple[list[PreferenceRecord], list[PreferenceRecord]]:
     """Sample `samples_per_prompt` completions per prompt from the model saved at `checkpoint` (an older
-    policy, e.g. `<run dir>/policy`), score them with the exact verifier, and pair a right answer with
-    a wrong one. Prompts whose samples are all right give no pair (the count is printed)."""
+    policy, e.g. `<run dir>/policy`), score them with `verifier` (a reward source, `data.synthetic.verifier`:
+    the exact verifier by default), and pair a right answer (score 1) with a wrong one (score 0). Prompts
+    whose samples are all right give no pair (the count is printed)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from models.generation import HFGenerator
-    from rewards.verifier import ExactMatchVerifier
+    from generators.hf import HFGenerator
 
     if not Path(checkpoint).is_dir():
         raise FileNotFoundError(f"data.synthetic.checkpoint={checkpoint!r}: no such local directory")
     model = AutoModelForCausalLM.from_pretrained(checkpoint, local_files_only=True)
     generator = HFGenerator(max_new_tokens, temperature, top_p=1.0, batch_size=batch_size)
-    verifier = ExactMatchVerifier("verifier")
 
     def make(split, examples, indices, gen_seed):
         torch.manual_seed(gen_seed)

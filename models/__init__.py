@@ -1,1 +1,1 @@
-"""Policy/tokenizer factories and generation engines."""
+"""Policy/tokenizer factories, the bounded-memory forward, the lean Llama-family passes, LoRA, value heads."""

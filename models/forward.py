@@ -14,9 +14,9 @@ from functools import lru_cache
 
 import torch
 
+from hardware.sharding import is_sharded
 from losses.common import head_token_logprobs, token_logprobs
 from models import lean_llama
-from models.sharding import is_sharded
 
 POST_PROCESSED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
@@ -89,7 +89,7 @@ def hidden_states_through_root(model, decoder, input_ids: torch.Tensor, attentio
     """The decoder's last hidden states from a call of the model's own forward (logits of one position
     only), caught by a forward hook. An FSDP2-sharded model must be called through its root: that call
     gathers the root's weights (embeddings, norm, head), which FSDP keeps gathered after a root's
-    forward, and schedules the reduce-scatter of their gradients (models/sharding.py)."""
+    forward, and schedules the reduce-scatter of their gradients (hardware/sharding.py)."""
     caught = {}
 
     def catch(module, args, out) -> None:  # returning None keeps the output as it is

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from models.sharding import is_sharded
+from hardware.sharding import is_sharded
 
 MODEL_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
 LAYER_CLASSES = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "MistralDecoderLayer"}

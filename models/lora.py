@@ -38,8 +38,8 @@ def save_policy(policy: PreTrainedModel, tokenizer, out: Path, save_merged: bool
     into `out`_merged, merged into a copy of its base weights. Returns the folders written. With
     ranks, rank 0 writes; an FSDP-sharded policy is first gathered (on every rank: a collective) into
     one full state dict on rank 0's CPU."""
-    from models.sharding import full_state_dict, is_sharded
-    from trainers import distributed
+    from hardware import distributed
+    from hardware.sharding import full_state_dict, is_sharded
     state = full_state_dict(policy) if is_sharded(policy) else None
     if not distributed.is_zero():
         return [out]

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from data_modules.tasks.base import Example
+from tasks.base import Example
 
 
 class RewardSource:

@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from data_modules.tasks.base import Example
 from rewards.base import RewardSource, ScoreReport
 from rewards.code_protocol import parse_protocol, passes, same  # noqa: F401 - same: re-exported
 from rewards.sandbox import RunResult, Sandbox
+from tasks.base import Example
 
 HARNESS = Path(__file__).resolve().parent / "sandbox_harness.py"
 STALL_GRACE_S = 1.0  # beyond the harness's own per-test alarm, before a silent run is killed

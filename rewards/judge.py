@@ -8,8 +8,8 @@ import re
 from collections import OrderedDict
 from typing import Callable
 
-from data_modules.tasks.base import encode_prompt
 from rewards.base import RewardSource
+from tasks.base import encode_prompt
 
 
 def parse_score(text: str, pattern: str, low: float, high: float) -> float | None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from data_modules.tasks.base import Example
 from rewards.base import RewardSource
+from tasks.base import Example
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 MARKER = re.compile(r"(?:final answer|answer)\s*(?:is|:|=)\s*", re.IGNORECASE)

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForSequenceClassification
 
-from data_modules.tasks.base import Task
 from models.tokenizer import build_char_tokenizer
+from tasks.base import Task
 
 
 def corrupt(answer: str, rng: random.Random) -> str:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from data_modules.tasks.base import Example
 from rewards.base import RewardSource, ScoreReport, ScoreTimeout, call_with_timeout, clean
+from tasks.base import Example
 
 
 class ExactMatchVerifier(RewardSource):

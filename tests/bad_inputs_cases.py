@@ -239,8 +239,12 @@ CASES: list[Case] = [
       "error: stage sft: generator=vllm: generator=vllm needs the vllm package, which is not installed in this "
       "environment: install it with `bash scripts/install_vllm.sh…", needs=no_vllm),
     C("heldout-too-many", "holding out more pairs than there are", ("task.num_heldout=20000",),
-      "error: task (data_modules.tasks.arithmetic.arithmetic_task): task.num_heldout=20000 leaves no training pairs "
+      "error: task (tasks.arithmetic.arithmetic_task): task.num_heldout=20000 leaves no training pairs "
       "out of 10000"),
+    C("moved-target", "a `_target_` path from before the code moved (a saved config)",
+      ("generator._target_=models.generation.HFGenerator",),
+      "error: stage sft: generator._target_=models.generation.HFGenerator: that path moved to "
+      "generators.hf.HFGenerator (set generator._target_=generators.hf.HFGenerator)"),
     C("code-exec-no-tests", "reward=code_exec on a task without unit tests", ("reward=code_exec",),
       "error: stage grpo: reward=code_exec scores a completion by running the example's unit tests, but task "
       "arithmetic2, train example 1 ('50+13=') has none ('entry_point' and 'tests'): use task=code, or a task file "
@@ -340,9 +344,9 @@ def observe(case: Case, folder: Path) -> str | None:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.utils import instantiate
 
-    from trainers.command_line import command_line_problem
-    from trainers.errors import format_error, user_error
-    from trainers.pipeline import plan_stages
+    from run.command_line import command_line_problem
+    from run.errors import format_error, user_error
+    from run.stages import plan_stages
 
     if case.setup:
         case.setup(folder)

@@ -45,8 +45,8 @@ def test_bad_input_shows_its_one_line(case, tmp_path):
 
 # ---------------------------------------------------------------- the pieces
 def test_error_lines_one_per_problem_and_unwrapped_from_hydra():
-    from trainers.errors import format_error, user_error
-    from trainers.validation import ConfigError
+    from run.errors import format_error, user_error
+    from run.errors import ConfigError
     err = ConfigError("invalid\n  - a\n  - b", problems=["a=1 is bad", "b=2\n is bad"], where="stage sft")
     assert format_error(err) == "error: stage sft: a=1 is bad\nerror: stage sft: b=2 is bad"
     try:
@@ -60,7 +60,7 @@ def test_error_lines_one_per_problem_and_unwrapped_from_hydra():
 
 
 def test_accepted_params_walk_the_kwargs_chain():
-    from trainers.overrides import accepted_params
+    from run.overrides import accepted_params
     grpo = accepted_params("trainers.grpo.GRPOModule")
     assert {"advantage", "beta", "group_size", "optimizer", "max_grad_norm", "name"} <= grpo
     assert "beta" not in accepted_params("trainers.sft.SFTModule")
@@ -71,7 +71,7 @@ def test_accepted_params_walk_the_kwargs_chain():
 
 
 def plan(hydra_conf, overrides):
-    from trainers.pipeline import plan_stages
+    from run.stages import plan_stages
     return plan_stages(hydra_conf(overrides), overrides)
 
 

@@ -9,9 +9,9 @@ from hydra.errors import HydraException
 from hydra.utils import get_class, get_method, instantiate
 from omegaconf import OmegaConf
 
+from run.errors import ConfigError
+from run.stages import build, build_callbacks, build_loggers, plan_stages, set_run_fields
 from tests.helpers import TINY, TINY_MODEL, tiny_model
-from trainers.pipeline import build, build_callbacks, build_loggers, plan_stages, set_run_fields
-from trainers.validation import ConfigError
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
@@ -101,7 +101,7 @@ def test_algorithm_and_data_nodes_build_with_live_objects(hydra_conf, jsonl_file
 def test_task_reward_generator_callbacks_loggers_model_instantiate(hydra_conf, tmp_path, jsonl_file):
     from callbacks.evaluate import HeldOutEvaluation
     from callbacks.regenerate import RegenerateExperience
-    from models.generation import HFGenerator
+    from generators.hf import HFGenerator
     from rewards.base import RewardSource
     policy, tok = tiny_model()
     policy.save_pretrained(tmp_path / "m")

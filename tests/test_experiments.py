@@ -9,10 +9,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import open_dict
 
+from run.stages import plan_stages, run_stage, set_run_fields
+from run.validation.config import validate
 from tests.conftest import CONF
 from tests.helpers import TINY
-from trainers.pipeline import plan_stages, run_stage, set_run_fields
-from trainers.validation import validate
 
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF) / "experiment").glob("*.yaml"))
 ALGORITHMS = sorted(p.stem for p in (Path(CONF) / "algorithm").glob("*.yaml"))

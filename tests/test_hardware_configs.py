@@ -1,6 +1,6 @@
 """conf/hardware and conf/hydra/launcher: every hardware choice composes, its trainer node becomes the
-strategy it names (trainers.pipeline.trainer_arguments), DeepSpeed is refused clearly where it cannot run
-(trainers.value_checks.check_hardware), and the SLURM launcher takes its resources from the trainer node.
+strategy it names (run.stages.trainer_arguments), DeepSpeed is refused clearly where it cannot run
+(run.validation.hardware.check_hardware), and the SLURM launcher takes its resources from the trainer node.
 No training, no subprocess."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from trainers.pipeline import trainer_arguments
-from trainers.value_checks import check_hardware
+from run.stages import trainer_arguments
+from run.validation.hardware import check_hardware
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 HARDWARE = sorted(p.stem for p in (CONF / "hardware").glob("*.yaml"))

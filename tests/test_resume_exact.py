@@ -20,10 +20,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from run.checkpointing import resume_checkpoint
 from tests.helpers import TINY_MODEL
 from tests.test_resume import start_train, wait_for
 from tests.test_train_e2e import train
-from trainers.checkpointing import resume_checkpoint
 
 COMMON = TINY_MODEL + ["task.num_heldout=20", "callbacks.evaluate.num_examples=20", "logger=none",
                        "callbacks.progress.refresh_rate=0", "generator.max_new_tokens=6",

@@ -9,9 +9,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from run.errors import ConfigError
+from run.stages import plan_stages
 from tests.helpers import TINY
-from trainers.pipeline import plan_stages
-from trainers.validation import ConfigError
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 ALGORITHMS = sorted(f.stem for f in (CONF / "algorithm").glob("*.yaml"))

@@ -98,7 +98,7 @@ def test_bad_override_fails_before_touching_the_run_dir(tmp_path):
 def test_train_refuses_a_dir_holding_a_finished_run(hydra_conf, tmp_path):
     """In-process (no subprocess): a valid config but an output dir with summary.json is refused."""
     import train as train_py
-    from trainers.validation import ConfigError
+    from run.errors import ConfigError
     (tmp_path / "summary.json").write_text("keep")
     with pytest.raises(ConfigError, match="summary.json"):
         train_py.train(hydra_conf([]), [], tmp_path, "group", "name")

@@ -21,9 +21,10 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord
+from hardware import distributed
+from hardware.sharding import fully_shard_module, shard_model
 from models.forward import sequence_token_logprobs
-from models.sharding import fully_shard_module, shard_model
-from trainers import distributed, step_log
+from trainers import step_log
 
 
 class NonFiniteLossError(RuntimeError):

@@ -11,9 +11,10 @@ from typing import Callable
 import torch
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord, collate
+from hardware import distributed
 from losses.common import aggregation_weight, masked_mean
 from losses.correction import importance_diagnostics
-from trainers import distributed, step_log
+from trainers import step_log
 from trainers.base import PolicyModule, frozen_copy, is_lora
 
 STALENESS_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2_3"), (4, 7, "4_7"), (8, None, "8_up"))

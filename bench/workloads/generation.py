@@ -4,10 +4,10 @@ same number of tokens), temperature 1, no top-k, no top-p.
 
     python bench/workloads/generation.py --engine seam --model tiny --model-dir DIR --data-dir DIR --out r.json
 
-  seam      models.generation.HFGenerator.sample (generator=hf: the KV-cached sampling loop), ignore_eos
+  seam      generators.hf.HFGenerator.sample (generator=hf: the KV-cached sampling loop), ignore_eos
   generate  transformers' model.generate(do_sample=True, top_k=0, top_p=1, temperature=1,
             max_new_tokens=N, eos_token_id=None): the plain reference
-  vllm      models.vllm_generator.VLLMGenerator.sample (generator=vllm), ignore_eos; needs the vllm venv's
+  vllm      generators.vllm.VLLMGenerator.sample (generator=vllm), ignore_eos; needs the vllm venv's
             python (/work/venv-vllm, scripts/install_vllm.sh); its seconds include the per-call weight
             sync the seam does every round; engine start-up is kept out (first call, a warm-up)
 
@@ -49,14 +49,14 @@ def run(engine: str, model_name: str, model_dir: Path, data_dir: Path, quick: bo
     n = s["max_new_tokens"]
 
     if engine == "seam":
-        from models.generation import HFGenerator
+        from generators.hf import HFGenerator
 
         gen = HFGenerator(max_new_tokens=n, temperature=1.0, top_p=1.0, batch_size=512, ignore_eos=True)
 
         def call():
             return sum(map(len, gen.sample(model, tokenizer, prompts).completions))
     elif engine == "generate":
-        from models.generation import left_pad
+        from generators.hf import left_pad
 
         ids, mask = left_pad(prompts, tokenizer.pad_token_id)
         config = GenerationConfig(do_sample=True, top_k=0, top_p=1.0, temperature=1.0, max_new_tokens=n,
@@ -68,7 +68,7 @@ def run(engine: str, model_name: str, model_dir: Path, data_dir: Path, quick: bo
                 out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
             return int(out[:, ids.shape[1]:].numel())
     elif engine == "vllm":
-        from models.vllm_generator import VLLMGenerator
+        from generators.vllm import VLLMGenerator
 
         gen = VLLMGenerator(max_new_tokens=n, temperature=1.0, top_p=1.0, batch_size=512, ignore_eos=True,
                             kv_cache_memory_bytes=(1 << 30) if model_name == "big" else (1 << 28), seed=SEED)

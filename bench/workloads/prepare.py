@@ -90,8 +90,8 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 def write_data(cache: Path, workloads: list[Workload]) -> Path:
     from data_modules.synthetic_preferences import arithmetic_pairs
-    from data_modules.tasks.arithmetic import arithmetic_task
     from models.tokenizer import build_char_tokenizer
+    from tasks.arithmetic import arithmetic_task
 
     out = cache / "data"
     out.mkdir(parents=True, exist_ok=True)

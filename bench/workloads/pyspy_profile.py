@@ -33,8 +33,8 @@ from bench.workloads.spec import WORKLOADS  # noqa: E402
 
 # (group, substrings of a frame "function (file:line)"), most specific first
 GROUPS = [
-    ("generation: HFGenerator.sample (KV-cached loop)", ["sample (models/generation.py", "_batch (models/generation.py",
-                                                         "sample_tokens (models/generation.py"]),
+    ("generation: HFGenerator.sample (KV-cached loop)", ["sample (generators/hf.py", "_batch (generators/hf.py",
+                                                         "sample_tokens (generators/hf.py"]),
     ("annotate: reference log-probs", ["annotate_reference (trainers/rollout.py"]),
     ("annotate: advantages, the rest", ["annotate (trainers/grpo.py"]),
     ("reward scoring", ["safe_score (rewards/", "score (rewards/"]),

@@ -13,9 +13,9 @@ from hydra.utils import instantiate
 import callbacks.evaluate as evaluate_module
 from callbacks.cost import CostLedger, StepClock
 from callbacks.evaluate import EvalSchedule, HeldOutEvaluation, parse_schedule
+from run.stages import build, plan_stages
 from tests.callbacks.test_hook_order import CharSumReward
 from tests.data_modules.test_replay_mix import stage_cfg
-from trainers.pipeline import build, plan_stages
 
 EVAL_SECONDS = 0.8
 
@@ -49,7 +49,7 @@ def test_bad_schedules_say_what_is_wrong(value, reason):
 
 
 def test_a_bad_schedule_is_one_line_naming_the_key_when_planning(hydra_conf):
-    from trainers.validation import ConfigError
+    from run.errors import ConfigError
     overrides = ["algorithm=grpo", 'callbacks.evaluate.schedule="5,25"']
     with pytest.raises(ConfigError) as e:
         plan_stages(hydra_conf(overrides), overrides)

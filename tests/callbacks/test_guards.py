@@ -6,9 +6,9 @@ from __future__ import annotations
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from run.stages import plan_stages, run_stage, set_run_fields
 from tests.conftest import CONF
 from tests.helpers import TINY
-from trainers.pipeline import plan_stages, run_stage, set_run_fields
 
 OVERRIDES = TINY + ["algorithm=grpo", "data.prompts_per_round=2", "algorithm.group_size=4", "data.batch_size=8",
                     "trainer.max_steps=5", "generator.max_new_tokens=4", "callbacks.guards.patience_rounds=3",

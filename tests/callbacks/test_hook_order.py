@@ -13,8 +13,8 @@ import torch
 from hydra.utils import instantiate
 
 from rewards.base import RewardSource
+from run.stages import build, plan_stages, set_run_fields
 from tests.helpers import TINY
-from trainers.pipeline import build, plan_stages, set_run_fields
 
 STEPS_PER_ROUND, ROUNDS = 2, 3
 OVERRIDES = ["algorithm=grpo", "data.prompts_per_round=2", "algorithm.group_size=4", "data.batch_size=4",

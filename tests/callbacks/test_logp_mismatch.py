@@ -9,8 +9,8 @@ import pytest
 
 from callbacks.regenerate import RegenerateExperience
 from data_modules.experience import ExperienceRecord, Provenance, collate
+from run.stages import build
 from tests.helpers import TINY, tiny_model
-from trainers.pipeline import build
 
 
 class Engine:

@@ -8,9 +8,9 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 
 import callbacks.evaluate as evaluate_module
 from callbacks.evaluate import HeldOutEvaluation
-from callbacks.logging import say
+from hardware.console import say
+from run.stages import build_loggers, set_run_fields
 from tests.helpers import TINY
-from trainers.pipeline import build_loggers, set_run_fields
 
 
 def fake_trainer(step: int = 0):

@@ -202,8 +202,8 @@ def test_lines_leave_out_points_without_a_value():
 
 def test_a_real_grpo_stage_with_replay_writes_its_plots(hydra_conf, tmp_path):
     """One real stage through run_stage (the callback built from conf/callbacks/default.yaml)."""
+    from run.stages import plan_stages, run_stage, set_run_fields
     from tests.helpers import TINY
-    from trainers.pipeline import plan_stages, run_stage, set_run_fields
 
     overrides = ["algorithm=grpo", "data=replay_mix", "trainer.max_steps=4", "data.prompts_per_round=4",
                  "data.batch_size=16", "generator.max_new_tokens=4", "callbacks.evaluate.every_n_steps=2",

@@ -10,9 +10,9 @@ from data_modules.buffer import ExperienceBuffer
 from data_modules.demonstrations import DemonstrationsDataModule
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from data_modules.fresh_rollouts import FreshRolloutsDataModule
-from data_modules.tasks.arithmetic import arithmetic_task
-from data_modules.tasks.jsonl import jsonl_task
 from models.tokenizer import build_char_tokenizer
+from tasks.arithmetic import arithmetic_task
+from tasks.jsonl import jsonl_task
 
 PAD = 77  # a visible pad id (not 0, so padding cannot hide among zero-initialised tensors)
 

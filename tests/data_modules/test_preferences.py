@@ -11,9 +11,9 @@ from data_modules.preference_files import PreferenceDataError
 from data_modules.preferences import PreferenceRecord, UnpairedRecord, collate_preferences, unpair
 from data_modules.static_preferences import StaticPreferencesDataModule
 from data_modules.synthetic_preferences import arithmetic_pairs, plausible_wrong
-from data_modules.tasks.arithmetic import arithmetic_task
-from data_modules.tasks.base import encode_completion, encode_prompt
 from models.tokenizer import build_char_tokenizer
+from tasks.arithmetic import arithmetic_task
+from tasks.base import encode_completion, encode_prompt
 
 TOK = build_char_tokenizer()
 TASK = arithmetic_task(digits=1, num_heldout=10, seed=0)
@@ -238,7 +238,7 @@ def test_synthetic_data_module_and_non_arithmetic_task():
     from functools import partial
     dm = data_module(None, synthetic=partial(arithmetic_pairs, num_pairs=30, seed=0))
     assert len(dm.records) == 30 and len(dm.heldout_pairs) == 10 and dm.source == "synthetic"
-    from data_modules.tasks.base import Example, Task
+    from tasks.base import Example, Task
     other = Task("qa", [Example("capital of France?", "Paris")], [Example("2?", "2")])
     with pytest.raises(ValueError, match="data.path"):
         data_module(None, task=other, synthetic=partial(arithmetic_pairs, num_pairs=3, seed=0))
@@ -249,8 +249,8 @@ def test_checkpoint_preferences_pair_an_older_policys_right_and_wrong_samples(hy
     verifier; chosen falls back to the reference answer when no sample was right."""
     from hydra.utils import instantiate
 
+    from run.stages import build
     from tests.helpers import TINY, tiny_model
-    from trainers.pipeline import build
     policy, tok = tiny_model()
     policy.save_pretrained(tmp_path / "old")
     cfg = hydra_conf(["algorithm=dpo", "data=checkpoint_preferences", f"data.synthetic.checkpoint={tmp_path / 'old'}",

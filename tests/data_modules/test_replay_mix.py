@@ -12,10 +12,10 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from run.stages import build, plan_stages, set_run_fields
 from tests.callbacks.test_hook_order import CharSumReward
 from tests.conftest import CONF
 from tests.helpers import TINY
-from trainers.pipeline import build, plan_stages, set_run_fields
 
 PROMPTS, GROUP, BATCH, MAX_STALENESS, MAX_REUSE = 4, 4, 8, 3, 2  # 16 records a round: 2 steps
 OVERRIDES = ["algorithm=grpo", "data=replay_mix", "data.replay_ratio=0.5", f"data.prompts_per_round={PROMPTS}",

@@ -13,8 +13,8 @@ import models.tokenizer as char_tokenizer
 from data_modules.experience import ExperienceRecord, Provenance
 from data_modules.store import (ExperienceStore, load_experience, record_to_row, row_to_record,
                                 tokenizer_fingerprint)
-from data_modules.tasks.base import encode_completion, encode_prompt
 from models.tokenizer import build_char_tokenizer
+from tasks.base import encode_completion, encode_prompt
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,10 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM
 
-from models import generation, lean_llama
+from generators.hf import sample_token, sample_tokens
+from generators import hf as generation
+from models import lean_llama
 from models.forward import is_right_padded, sequence_token_logprobs
-from models.generation import sample_token, sample_tokens
 
 VOCAB, EOS, PAD = 24, 2, 0
 SMALL = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -9,8 +9,8 @@ from tokenizers import Regex, Tokenizer, decoders, models as tk_models, pre_toke
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
                           PreTrainedTokenizerFast)
 
+from generators.hf import HFGenerator, left_pad
 from losses.common import token_logprobs
-from models.generation import HFGenerator, left_pad
 from models.hf import load_hf
 from models.tokenizer import build_char_tokenizer
 from tests.helpers import tiny_model
@@ -210,7 +210,7 @@ def test_sampling_loop_greedy_equals_transformers_generate():
 def test_generation_keeps_one_step_of_logits_and_top_p_logprobs_are_the_filtered_distribution():
     """Every head call during sampling returns [B, 1, V] (never [B, new tokens, V]); with top_p=0.5
     each sampled token lies inside the nucleus and its log-prob is log_softmax(top_p(logits / T))."""
-    from models.generation import top_p_filter
+    from generators.hf import top_p_filter
     model, tok = tiny_model(seed=4)
     shapes = []
     handle = model.lm_head.register_forward_hook(lambda m, i, o: shapes.append(tuple(o.shape)))

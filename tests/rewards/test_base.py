@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from data_modules.tasks.base import Example
 from rewards.base import RewardSource, ScoreReport, call_with_timeout, ScoreTimeout, clean, safe_score
 from rewards.verifier import ExactMatchVerifier, FunctionReward
+from tasks.base import Example
 
 EX = [Example("1+1=", "2"), Example("2+2=", "4"), Example("3+3=", "6")]
 PROMPTS, COMPLETIONS = [e.prompt for e in EX], ["2", "5", "6"]

@@ -12,12 +12,12 @@ import pytest
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from data_modules.tasks.base import Example
-from data_modules.tasks.code import code_task
 from rewards import sandbox as sandbox_mod
 from rewards.base import safe_score
 from rewards.code_exec import CodeExecReward, extract_program, parse_protocol, same
 from rewards.sandbox import RunResult, Sandbox, SandboxUnavailable, default_python, probe
+from tasks.base import Example
+from tasks.code import code_task
 
 STRONG = [b for b in ("bwrap", "unshare") if probe(b, default_python(), os.geteuid() == 0) is None]
 LIMITS = dict(python=None, cpu_seconds=2, memory_mb=512, max_processes=16, max_file_mb=8, tmpfs_mb=16,

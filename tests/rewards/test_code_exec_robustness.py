@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from data_modules.tasks.base import Example
 from rewards.code_exec import CodeExecReward
 from rewards.sandbox import Sandbox, default_python, probe
+from tasks.base import Example
 from tests.rewards.test_code_protocol import MALFORMED
 
 STRONG = [b for b in ("bwrap", "unshare") if probe(b, default_python(), os.geteuid() == 0) is None]

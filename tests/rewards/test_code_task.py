@@ -6,8 +6,8 @@ import json
 import pytest
 from hydra.utils import instantiate
 
-from data_modules.tasks.code import code_task
-from data_modules.tasks.jsonl import DataFileError
+from tasks.code import code_task
+from tasks.jsonl import DataFileError
 
 
 def test_shipped_set_loads_through_the_config(hydra_conf):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hydra.utils import instantiate
 
-from data_modules.tasks.base import Example
-from models.generation import GenerationOutput
+from generators.base import GenerationOutput
 from rewards.base import safe_score
 from rewards.judge import JudgeReward, parse_score
+from tasks.base import Example
 from tests.helpers import TINY_MODEL, tiny_model
 
 

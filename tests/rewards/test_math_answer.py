@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from data_modules.tasks.base import Example
 from rewards.math_answer import MathAnswerVerifier, as_number, extract_answer, last_boxed, normalize
+from tasks.base import Example
 
 
 @pytest.mark.parametrize("completion,reference", [

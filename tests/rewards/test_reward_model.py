@@ -10,12 +10,12 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
 
-from data_modules.tasks.arithmetic import arithmetic_task
-from data_modules.tasks.base import Example
 from models.tokenizer import CHARACTERS, SPECIAL_TOKENS, build_char_tokenizer
 from rewards.base import safe_score
 from rewards.reward_model import RewardModelSource
 from rewards.rm_builder import build_pairwise_rm
+from tasks.arithmetic import arithmetic_task
+from tasks.base import Example
 
 TEXTS = [("12+30=", "42"), ("1+1=", "2"), ("7+8=", "a much longer completion"), ("99+1=", "")]
 

@@ -25,9 +25,9 @@ LIMITS = dict(python=None, cpu_seconds=2, memory_mb=512, max_processes=16, max_f
 TRAINER = f"""
 import functools, sys
 sys.path.insert(0, {str(ROOT)!r})
-from data_modules.tasks.base import Example
 from rewards.code_exec import CodeExecReward
 from rewards.sandbox import Sandbox
+from tasks.base import Example
 box = functools.partial(Sandbox, backend=sys.argv[1], **{LIMITS!r})
 rew = CodeExecReward("code_exec", box, sys.argv[1] == "rlimits", per_test_seconds=1.0, workers=1, timeout_s=600)
 sleeper = ("import signal, time\\ndef f():\\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\\n"

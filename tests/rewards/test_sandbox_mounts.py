@@ -14,9 +14,9 @@ import pytest
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from data_modules.tasks.base import Example
 from rewards.code_exec import CodeExecReward
 from rewards.sandbox import Sandbox, SandboxUnavailable, default_python, probe
+from tasks.base import Example
 from rewards.sandbox_mounts import (PROJECT, Mounts, MountError, exposed, interpreter_mounts, parse_ldd,
                                     refuse_if_exposed)
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from data_modules.tasks.base import Example
 from rewards.code_exec import CodeExecReward
 from rewards.sandbox import Sandbox, default_python, probe
+from tasks.base import Example
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = [b for b in ("bwrap", "unshare") if probe(b, default_python(), os.geteuid() == 0) is None]

@@ -8,9 +8,9 @@ import itertools
 from omegaconf import OmegaConf, open_dict
 
 from rewards.base import RewardSource
+from run.stages import plan_stages, run_stage, set_run_fields
 from tests.helpers import TINY
 from tests.rewards.test_sandbox_security import attacks
-from trainers.pipeline import plan_stages, run_stage, set_run_fields
 
 SMALL = ["data.prompts_per_round=4", "algorithm.group_size=4", "data.batch_size=16", "generator.max_new_tokens=4",
          "algorithm.scheduler.num_warmup_steps=0", "callbacks.evaluate.every_n_steps=0"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hydra.utils import instantiate
 
-from data_modules.tasks.base import Example
 from rewards.base import safe_score
 from rewards.verifier import ExactMatchVerifier
 from rewards.weighted import WeightedReward
+from tasks.base import Example
 from tests.rewards.test_base import Fixed
 
 EX = [Example("1+1=", "2"), Example("2+2=", "4"), Example("3+3=", "6")]

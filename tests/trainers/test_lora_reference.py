@@ -10,8 +10,8 @@ import torch
 
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from models.lora import apply_lora
+from run.stages import build
 from tests.helpers import TINY, tiny_model
-from trainers.pipeline import build
 
 LORA = {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}
 

@@ -11,8 +11,8 @@ import torch
 
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from data_modules.preferences import PreferenceRecord, collate_preferences
+from run.stages import build
 from tests.helpers import TINY, tiny_model
-from trainers.pipeline import build
 
 
 class GradRecorder:

@@ -10,9 +10,9 @@ from hydra.utils import instantiate
 from data_modules.experience import ExperienceRecord, Provenance
 from data_modules.preferences import PreferenceRecord
 from rewards.base import RewardSource
+from run.stages import build, set_run_fields
 from tests.helpers import TINY, tiny_model
 from trainers.online_dpo import best_worst_pairs
-from trainers.pipeline import build, set_run_fields
 from trainers.rejection_sampling import best_of_n
 
 ROUNDS = 3

@@ -11,8 +11,8 @@ from hydra.utils import instantiate
 from data_modules.experience import ExperienceRecord, Provenance
 from models.value_head import SeparateCritic, SharedCritic, build_critic
 from rewards.base import RewardSource
+from run.stages import build
 from tests.helpers import TINY, tiny_model
-from trainers.pipeline import build
 
 SMALL = TINY + ["algorithm=ppo", "data.prompts_per_round=4", "algorithm.group_size=2", "data.batch_size=4",
                 "generator.max_new_tokens=4", "algorithm.scheduler.num_warmup_steps=0",

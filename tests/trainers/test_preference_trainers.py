@@ -13,8 +13,8 @@ from hydra.utils import instantiate
 from callbacks.preference_eval import PreferenceEvaluation
 from data_modules.preferences import PreferenceRecord, UnpairedRecord
 from losses.preference import dpo_loss, ipo_loss
+from run.stages import build, set_run_fields
 from tests.helpers import TINY
-from trainers.pipeline import build, set_run_fields
 
 SMALL = TINY + ["data.synthetic.num_pairs=24", "data.batch_size=4", "trainer.max_steps=3",
                 "algorithm.scheduler.num_warmup_steps=0", "algorithm.optimizer.lr=1e-2", "task.num_heldout=8"]

@@ -1,1 +1,0 @@
-"""Prompt sources with reference answers (`task=...`)."""

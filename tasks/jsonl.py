@@ -1,0 +1,75 @@
+"""User prompts with reference answers from JSON-lines files: one {"prompt": ..., "answer": ...} a line."""
+from __future__ import annotations
+
+import codecs
+import json
+from pathlib import Path
+from typing import Iterator
+
+from tasks.base import Example, Task
+
+
+class DataFileError(ValueError):
+    """A data file is missing or malformed; the message names file and line."""
+
+
+def read_jsonl_objects(path: Path, error: type[Exception] = DataFileError) -> list[tuple[int, dict]]:
+    """(line number, object) for every non-blank line; a bad line raises `error` naming path:line."""
+    rows = []
+    for lineno, line in utf8_lines(path, error):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise error(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise error(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        rows.append((lineno, row))
+    return rows
+
+
+def utf8_lines(path: Path, error: type[Exception] = DataFileError) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 file (a UTF-8 byte-order mark is dropped); UTF-16/32 text or a
+    line that is not UTF-8 raises `error` naming path (and line, column and byte)."""
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in raw:
+                    raise error(f"{path}: UTF-16 (or UTF-32) text, not UTF-8: save it as UTF-8 "
+                                f"(e.g. iconv -f UTF-16 -t UTF-8)")
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise error(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}): "
+                            f"save the file as UTF-8") from None
+
+
+def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
+    p = Path(path)
+    if not p.is_file():
+        raise DataFileError(f"{path}: file not found")
+    examples = []
+    for lineno, row in read_jsonl_objects(p):
+        for key in (prompt_key, answer_key):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise DataFileError(f"{path}:{lineno}: missing or empty string field {key!r}")
+        meta = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
+        examples.append(Example(row[prompt_key], row[answer_key], meta | {"origin": f"{p.name}:{lineno}"}))
+    if not examples:
+        raise DataFileError(f"{path}: no examples")
+    return examples
+
+
+def jsonl_task(train_path: str, heldout_path: str | None, chat: bool, num_heldout: int,
+               prompt_key: str, answer_key: str) -> Task:
+    """Train on `train_path`; evaluate on `heldout_path`, or on the last `num_heldout` train lines."""
+    train = read_examples(train_path, prompt_key, answer_key)
+    if heldout_path:
+        heldout = read_examples(heldout_path, prompt_key, answer_key)
+    else:
+        if num_heldout >= len(train):
+            raise DataFileError(f"{train_path}: task.num_heldout={num_heldout} but only {len(train)} lines")
+        train, heldout = train[: len(train) - num_heldout], train[len(train) - num_heldout :]
+    return Task(name=Path(train_path).stem, train=train, heldout=heldout, chat=chat)

@@ -1,0 +1,186 @@
+"""generator=vllm: the HFGenerator contract, behaviour log-probs equal to the policy's, in-place weight sync.
+
+Needs the vllm venv (bash scripts/test_vllm.sh); skipped where vllm is not installed. The tiny policy has
+head_dim 32 (hidden 64, 2 heads): vLLM's CPU attention has no head_dim 16 kernel ("Unsupported CPU
+attention configuration: head_dim=16").
+"""
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+from transformers.generation.logits_process import TopPLogitsWarper  # noqa: E402
+
+from generators.hf import HFGenerator  # noqa: E402
+from generators.vllm import VLLMGenerator, check_vllm_available  # noqa: E402
+from models.tiny import build_tiny  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+TINY = dict(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256,
+            max_position_embeddings=64, seed=1)
+MAX_NEW = 8
+TOL = 1e-4
+# block_size 32 (CPU default 128) so that the 40-token prompts below fill a prefix-cache block: a
+# missing cache reset after a weight sync then shows as log-probs of the old weights.
+ENGINE = dict(dtype="policy", kv_cache_memory_bytes=64 << 20, engine_kwargs={"block_size": 32})
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny(**TINY)
+
+
+@pytest.fixture(scope="module")
+def gen():
+    """One engine for the module (weights are synced from whichever policy each call passes)."""
+    return VLLMGenerator(MAX_NEW, temperature=1.0, top_p=1.0, batch_size=64, **ENGINE)
+
+
+def make_prompts(tok, n_distinct=16, repeats=4, length=40):
+    rng = random.Random(0)
+    texts = ["".join(rng.choice("abcdefghij0123456789+= ") for _ in range(length - 1))
+             for _ in range(n_distinct)]
+    return [tok(t)["input_ids"] for t in texts for _ in range(repeats)]  # groups: prompts repeated
+
+
+@torch.no_grad()
+def reference_logprobs(policy, prompts, completions, temperature, top_p=1.0):
+    """log_softmax(logits / T) (top-p filtered and renormalised if top_p < 1) of each sampled token."""
+    policy.eval()
+    warp = TopPLogitsWarper(top_p) if top_p < 1 else None
+    out = []
+    for p, c in zip(prompts, completions):
+        logits = policy(torch.tensor([p + c])).logits[0, len(p) - 1 : len(p) - 1 + len(c)].float()
+        logits = logits / temperature
+        if warp is not None:
+            logits = warp(None, logits)
+        out.append(logits.log_softmax(-1).gather(-1, torch.tensor(c)[:, None])[:, 0])
+    return out
+
+
+def max_error(logprobs, reference):
+    return max((torch.tensor(lp) - ref).abs().max().item() for lp, ref in zip(logprobs, reference))
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 1.0), (1.0, 0.9)])
+def test_contract_and_logprobs_equal_a_policy_forward(gen, tiny, temperature, top_p):
+    policy, tok = tiny
+    prompts = make_prompts(tok)
+    gen.temperature, gen.top_p = temperature, top_p
+    try:
+        torch.manual_seed(0)
+        out = gen.sample(policy, tok, prompts)
+    finally:
+        gen.temperature, gen.top_p = 1.0, 1.0
+    assert len(out.completions) == len(out.logprobs) == len(prompts) and out.seconds > 0
+    for c, lp in zip(out.completions, out.logprobs):
+        assert 1 <= len(c) <= MAX_NEW and len(lp) == len(c)
+        assert tok.eos_token_id not in c[:-1]  # cut after the first eos, eos included
+        assert all(x <= 0 for x in lp)
+    ended = [c for c in out.completions if c[-1] == tok.eos_token_id]
+    assert ended and any(len(c) == MAX_NEW and c[-1] != tok.eos_token_id for c in out.completions)
+    assert max_error(out.logprobs, reference_logprobs(policy, prompts, out.completions,
+                                                      temperature, top_p)) < TOL
+
+
+def test_greedy_matches_hf_with_zero_logprobs(gen, tiny):
+    policy, tok = tiny
+    prompts = make_prompts(tok, n_distinct=8, repeats=1)
+    out = gen.sample(policy, tok, prompts, greedy=True)
+    hf = HFGenerator(MAX_NEW, temperature=1.0, top_p=1.0, batch_size=64).sample(policy, tok, prompts,
+                                                                              greedy=True)
+    assert out.completions == hf.completions
+    assert all(lp == [0.0] * len(c) for c, lp in zip(out.completions, out.logprobs))
+
+
+def test_optimizer_step_reaches_the_engine_and_the_prefix_cache_is_reset(gen):
+    """Same prompts and RNG before and after a (fused) AdamW step: outputs change, and the log-probs are
+    those of the NEW policy. Fused AdamW leaves parameter version counters alone, so a sync that
+    trusted them would miss it; a missing prefix-cache reset would give the old weights' log-probs."""
+    policy, tok = build_tiny(**TINY)
+    prompts = make_prompts(tok)
+    torch.manual_seed(0)
+    before = gen.sample(policy, tok, prompts)  # also fills the prefix cache
+    old = copy.deepcopy(policy)
+    opt = torch.optim.AdamW(policy.parameters(), lr=3e-2, fused=True)
+    policy.train()
+    for _ in range(3):  # raise the likelihood of what was sampled
+        nll = 0.0
+        for p, c in zip(prompts[:8], before.completions[:8]):
+            logits = policy(torch.tensor([p + c])).logits[0, len(p) - 1 : len(p) - 1 + len(c)]
+            nll = nll - logits.log_softmax(-1).gather(-1, torch.tensor(c)[:, None]).sum()
+        opt.zero_grad()
+        nll.backward()
+        opt.step()
+    torch.manual_seed(0)
+    after = gen.sample(policy, tok, prompts)
+    assert after.completions != before.completions
+    assert max_error(after.logprobs, reference_logprobs(policy, prompts, after.completions, 1.0)) < TOL
+    assert max_error(after.logprobs, reference_logprobs(old, prompts, after.completions, 1.0)) > 1e-2
+
+
+def test_lora_policy_is_merged_without_being_touched(gen):
+    policy, tok = build_tiny(**TINY, lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"})
+    with torch.no_grad():  # lora_B starts at zero: make the adapter matter
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)
+    state = {k: v.clone() for k, v in policy.state_dict().items()}
+    prompts = make_prompts(tok, n_distinct=8, repeats=2)
+    out = gen.sample(policy, tok, prompts)
+    assert max_error(out.logprobs, reference_logprobs(policy, prompts, out.completions, 1.0)) < TOL
+    base = policy.get_base_model()
+    with policy.disable_adapter():  # the adapter changes the distribution, so the merge was needed
+        assert max_error(out.logprobs, reference_logprobs(base, prompts, out.completions, 1.0)) > 1e-2
+    after = policy.state_dict()
+    assert state.keys() == after.keys() and all(torch.equal(state[k], after[k]) for k in state)
+
+
+def test_ignore_eos_gives_full_length(gen, tiny):
+    policy, tok = tiny
+    prompts = make_prompts(tok)
+    gen.ignore_eos = True
+    try:
+        out = gen.sample(policy, tok, prompts)
+    finally:
+        gen.ignore_eos = False
+    assert all(len(c) == len(lp) == MAX_NEW for c, lp in zip(out.completions, out.logprobs))
+    assert any(tok.eos_token_id in c[:-1] for c in out.completions)  # sampled through an eos
+
+
+def test_engine_start_leaves_the_global_rng_and_threads_alone(tiny):
+    policy, tok = tiny
+    set_num_threads = torch.set_num_threads
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    g = VLLMGenerator(MAX_NEW, temperature=1.0, top_p=1.0, batch_size=8, **ENGINE)
+    g._build(policy, tok)
+    assert torch.equal(torch.rand(3), expected)
+    assert g.llm.llm_engine.model_config.dtype == torch.float32  # dtype="policy"
+    assert torch.set_num_threads is set_num_threads and g.startup_seconds > 0
+
+
+def test_provenance_and_install_hint(gen, monkeypatch):
+    assert gen.name == "vllm" and gen.exact_logprobs is False and HFGenerator.name == "hf"
+    assert gen.version == vllm.__version__ == check_vllm_available()
+    assert gen.sampling == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": MAX_NEW,
+                            "vllm_version": vllm.__version__}
+    import importlib.util
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(ImportError, match="scripts/install_vllm.sh"):
+        check_vllm_available()
+
+
+def test_config_instantiates_lazily(hydra_conf):
+    from hydra.utils import instantiate
+
+    g = instantiate(hydra_conf(["generator=vllm"]).generator)
+    assert isinstance(g, VLLMGenerator) and g.llm is None  # the engine starts on the first sample
+    assert g.engine_args["max_num_seqs"] == g.batch_size and g.engine_args["dtype"] == "policy"
