@@ -24,7 +24,7 @@ STRONG = [b for b in ("bwrap", "unshare") if probe(b, default_python(), os.geteu
 needs_sandbox = pytest.mark.skipif(not STRONG, reason="no namespace sandbox on this host")
 LIMITS = dict(python=None, cpu_seconds=2, memory_mb=512, max_processes=16, max_file_mb=8, tmpfs_mb=16,
               wall_seconds=4, max_output_kb=64)
-TASKS = PROJECT / "data_modules" / "tasks" / "code_tasks.jsonl"
+TASKS = PROJECT / "tasks" / "code_tasks.jsonl"
 
 
 def stdlib_file() -> str:
@@ -89,10 +89,10 @@ def checkout_under_usr():
     """The task file copied to /usr/src/<fresh>/ (the tester's container layout), removed afterwards."""
     top = Path("/usr/src") / f"policyshift-test-{uuid.uuid4().hex[:8]}"
     try:
-        (top / "data_modules" / "tasks").mkdir(parents=True)
+        (top / "tasks").mkdir(parents=True)
     except OSError as e:
         pytest.skip(f"cannot write under /usr/src here: {e}")
-    target = top / "data_modules" / "tasks" / "code_tasks.jsonl"
+    target = top / "tasks" / "code_tasks.jsonl"
     shutil.copy(TASKS, target)
     for p in (top, *top.rglob("*")):
         p.chmod(0o755 if p.is_dir() else 0o644)
