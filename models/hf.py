@@ -57,6 +57,15 @@ def load_hf(
     return finish_model(model, dtype, activation_checkpointing, lora), tokenizer
 
 
+def skeleton(name_or_path: str, trust_remote_code: bool) -> PreTrainedModel:
+    """The model a folder's config.json describes, on the meta device: its modules and shapes, no
+    weights read or allocated (for checks of settings that depend on the architecture, like LoRA)."""
+    from transformers import AutoConfig
+    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, local_files_only=True)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+
+
 def _load_weights(path: Path, dtype: torch.dtype, trust_remote_code: bool) -> PreTrainedModel:
     try:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True,

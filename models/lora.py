@@ -14,6 +14,7 @@ import copy
 from collections.abc import Mapping
 from pathlib import Path
 
+import torch
 from transformers import PreTrainedModel
 
 
@@ -31,6 +32,30 @@ def apply_lora(model: PreTrainedModel, lora: Mapping | None) -> PreTrainedModel:
     except TypeError as e:
         raise ValueError(f"model.lora={fields}: not a peft LoraConfig ({e})") from None
     return get_peft_model(model, config)
+
+
+def lora_problems(model: PreTrainedModel, lora: Mapping) -> list[str]:
+    """What is wrong with the LoRA settings `lora` for `model` (a skeleton on the meta device will do: no
+    weights are needed), as messages naming model.lora: the fields peft refuses (r=0, an unknown field),
+    and every name of a `target_modules` list that matches no module (peft only refuses a list none of
+    whose names match; one typo among several would silently train fewer layers). `model` is changed."""
+    from omegaconf import DictConfig, OmegaConf
+    fields = OmegaConf.to_container(lora, resolve=True) if isinstance(lora, DictConfig) else dict(lora)
+    linear = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+                     if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] not in ("lm_head", "score")})
+    try:
+        wrapped = apply_lora(model, fields)
+    except Exception as e:  # noqa: BLE001 - peft's own refusals, whatever their type
+        return [f"model.lora={fields}: {type(e).__name__}: {str(e).strip().splitlines()[0]}"]
+    targets = fields.get("target_modules")
+    if not isinstance(targets, (list, tuple)):  # "all-linear" or a regular expression: peft checked it
+        return []
+    found = list(getattr(wrapped, "targeted_module_names", []))
+    missing = [t for t in targets if not any(name == t or name.endswith(f".{t}") for name in found)]
+    if not missing:
+        return []
+    return [f"model.lora.target_modules: {missing} match no module of {type(model).__name__} (its linear "
+            f"layers: {', '.join(linear)}; or target_modules: all-linear)"]
 
 
 def save_policy(policy: PreTrainedModel, tokenizer, out: Path, save_merged: bool) -> list[Path]:

@@ -8,6 +8,25 @@ from models.hf import finish_model
 from models.tokenizer import build_char_tokenizer
 
 
+def tiny_config(hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
+                max_position_embeddings: int, tokenizer: PreTrainedTokenizerBase | None = None) -> LlamaConfig:
+    """The tiny model's architecture (its skeleton on the meta device: `LlamaForCausalLM(tiny_config(...))`)."""
+    tokenizer = tokenizer or build_char_tokenizer()
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+
+
 def build_tiny(
     hidden_size: int,
     num_layers: int,
@@ -26,19 +45,7 @@ def build_tiny(
     (LoraConfig fields): see models.hf.finish_model.
     """
     tokenizer = build_char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        intermediate_size=intermediate_size,
-        max_position_embeddings=max_position_embeddings,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=True,
-    )
+    config = tiny_config(hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings, tokenizer)
     devices = []  # fork the RNG so building the model does not shift the run's global random stream
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)

@@ -245,6 +245,28 @@ CASES: list[Case] = [
       ("generator._target_=models.generation.HFGenerator",),
       "error: stage sft: generator._target_=models.generation.HFGenerator: that path moved to "
       "generators.hf.HFGenerator (set generator._target_=generators.hf.HFGenerator)"),
+    C("algorithm-data-mismatch", "an algorithm with a data source that needs another's keys",
+      ("algorithm=sft", "data=fresh_rollouts"),
+      "error: stage sft: data.group_size=${algorithm.group_size} does not resolve (InterpolationKeyError: "
+      "Interpolation key 'algorithm.group_size' not found); algorithm=sft may not fit "
+      "data=data_modules.fresh_rollouts.FreshRolloutsDataModule: its own is data=demonstrations…"),
+    C("lora-rank-zero", "a LoRA adapter of rank 0", ("algorithm=sft", "model.lora={r: 0}"),
+      "error: stage sft: model.lora={'r': 0}: ValueError: `r` should be a positive integer value but the value "
+      "passed is 0"),
+    C("lora-unknown-module", "a LoRA target module the model does not have, beside one it has",
+      ("algorithm=sft", "model.lora={r: 4, target_modules: [q_proj, qproj]}"),
+      "error: stage sft: model.lora.target_modules: ['qproj'] match no module of LlamaForCausalLM (its linear "
+      "layers: down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj; or target_modules: all-linear)"),
+    C("clip-low-above-one", "a PPO clip range whose lower bound is negative", ("correction.clip_low=1.5",),
+      "error: stage sft: correction.clip_low=1.5 must be a number in [0, 1): ρ is clipped below at 1 - clip_low"),
+    C("no-heldout", "no held-out examples with the held-out evaluation on", ("task.num_heldout=0",),
+      "error: stage sft: task arithmetic2 holds out no examples (task.num_heldout=0, or an empty held-out file), "
+      "but callbacks.evaluate reports held-out accuracy on them: hold some out, or turn the evaluation off "
+      "with callbacks.evaluate=null"),
+    C("buffer-under-a-round", "an experience buffer smaller than one round",
+      ("algorithm=grpo", "data=replay_mix", "data.buffer_capacity=100"),
+      "error: stage grpo: data.buffer_capacity=100 holds less than one round (data.prompts_per_round × "
+      "algorithm.group_size = 64 × 8 = 512 records): raise it to at least 512"),
     C("code-exec-no-tests", "reward=code_exec on a task without unit tests", ("reward=code_exec",),
       "error: stage grpo: reward=code_exec scores a completion by running the example's unit tests, but task "
       "arithmetic2, train example 1 ('50+13=') has none ('entry_point' and 'tests'): use task=code, or a task file "

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import InterpolationResolutionError
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, InterpolationToMissingValueError, MissingMandatoryValue
 
 from models.hf_checks import ModelFolderError, check_folder
 from run.errors import ConfigError
 from run.validation.hardware import check_hardware, check_ranks
+from run.validation.model import check_lora
 from run.validation.moved import check_moved_targets
 from run.validation.values import check_values, is_int, raw
 
@@ -22,6 +23,30 @@ def _get(cfg: DictConfig, key: str, errors: list[str]):
         errors.append(f"{key} does not resolve ({e.__class__.__name__}: {str(e).splitlines()[0]}); "
                       f"algorithm={raw(cfg, 'algorithm.name')} may not fit data={raw(cfg, 'data._target_')}")
         return None
+
+
+def _check_resolves(cfg: DictConfig, errors: list[str]) -> None:
+    """Every value resolves (`${...}` names a key that exists, a resolver that works): the stage's whole
+    config is resolved here, at plan time, so no interpolation fails after a file has been written.
+    Required values left `???` (the run fields train.py fills in, a model path) are checked elsewhere."""
+    _resolve_all(cfg, "", cfg, errors)
+
+
+def _resolve_all(node, prefix: str, cfg: DictConfig, errors: list[str]) -> None:
+    keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+    for key in keys:
+        try:
+            value = node[key]
+        except (MissingMandatoryValue, InterpolationToMissingValueError):
+            continue
+        except Exception as e:  # noqa: BLE001 - any resolution failure (missing key, bad resolver, grammar)
+            written = OmegaConf.to_container(node, resolve=False)[key]
+            errors.append(f"{prefix}{key}={written} does not resolve ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0]}); algorithm={raw(cfg, 'algorithm.name')} may not fit "
+                          f"data={raw(cfg, 'data._target_')}: its own is data={raw(cfg, 'algorithm.default_data')}")
+            continue
+        if isinstance(value, (DictConfig, ListConfig)) and not OmegaConf.is_interpolation(node, key):
+            _resolve_all(value, f"{prefix}{key}.", cfg, errors)
 
 
 def _check_numbers(cfg: DictConfig, errors: list[str]) -> None:
@@ -52,6 +77,11 @@ def _check_rounds(cfg: DictConfig, errors: list[str]) -> None:
     elif (prompts * group) % batch:
         errors.append(f"data.prompts_per_round × algorithm.group_size = {prompts} × {group} = "
                       f"{prompts * group} records per round is not divisible by data.batch_size={batch}")
+    capacity = raw(cfg, "data.buffer_capacity")
+    if is_int(capacity) and capacity < prompts * group:  # the buffer would evict part of the round it serves
+        errors.append(f"data.buffer_capacity={capacity} holds less than one round (data.prompts_per_round × "
+                      f"algorithm.group_size = {prompts} × {group} = {prompts * group} records): raise it to "
+                      f"at least {prompts * group}")
 
 
 def _check_replay(cfg: DictConfig, errors: list[str]) -> None:
@@ -136,14 +166,17 @@ def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[st
 
 
 CHECKS = (_check_numbers, _check_rounds, _check_replay, _check_files, _check_memory_keys, _check_generator,
-          check_values, check_hardware, check_ranks)
+          check_values, check_hardware, check_ranks, check_lora)
 
 
 def validate(cfg: DictConfig, stage: str) -> None:
     """Raise ConfigError listing every problem found in stage `stage`'s config."""
     errors: list[str] = []
-    check_moved_targets(cfg, errors)
-    if not errors:  # a path from before the code moved: the other checks would only echo it
+    for gate in (check_moved_targets, _check_resolves):  # an old path, a broken ${...}: the rest would echo it
+        gate(cfg, errors)
+        if errors:
+            break
+    else:
         for check in CHECKS:
             check(cfg, errors)
     if errors:

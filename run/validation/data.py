@@ -26,6 +26,7 @@ def check_stage_data(name: str, cfg: DictConfig, task: Task, tokenizers: dict) -
     """Raise ConfigError listing what in `task` this stage's model or reward cannot take."""
     problems: list[str] = []
     _check_tests(cfg, task, problems)
+    _check_heldout(cfg, task, problems)
     tok, context, source, tok_name = plan_tokenizer(cfg, tokenizers)
     if tok is not None:
         if task.chat and not getattr(tok, "chat_template", None):
@@ -116,6 +117,15 @@ def _tokens(tok, task: Task, ex: Example, room: int, with_answer: bool) -> int:
     if with_answer and n <= room:
         n += len(tok(ex.answer[:cut], add_special_tokens=False)["input_ids"]) + 1  # + eos
     return n
+
+
+def _check_heldout(cfg: DictConfig, task: Task, problems: list[str]) -> None:
+    """Held-out evaluation needs held-out examples: over none its accuracy is nan (and so is every figure
+    that the summary, the plots and a sweep's objective take from it)."""
+    if OmegaConf.select(cfg, "callbacks.evaluate", default=None) is not None and not task.heldout:
+        problems.append(f"task {task.name} holds out no examples (task.num_heldout=0, or an empty held-out "
+                        f"file), but callbacks.evaluate reports held-out accuracy on them: hold some out, or "
+                        f"turn the evaluation off with callbacks.evaluate=null")
 
 
 def _check_tests(cfg: DictConfig, task: Task, problems: list[str]) -> None:

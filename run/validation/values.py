@@ -50,6 +50,7 @@ def check_values(cfg: DictConfig, errors: list[str]) -> None:
     _check_schedule_length(cfg, errors)
     _check_eval_schedule(cfg, errors)
     _check_sandbox_budget(cfg, errors)
+    _check_correction(cfg, errors)
 
 
 def _check_seed_and_epochs(cfg: DictConfig, errors: list[str]) -> None:
@@ -92,3 +93,24 @@ def _check_sandbox_budget(cfg: DictConfig, errors: list[str]) -> None:
     if is_number(timeout) and timeout > 0 and is_number(wall) and timeout < wall + 2:
         errors.append(f"reward.timeout_s={timeout} must exceed reward.sandbox.wall_seconds + 2 = {wall + 2}: a "
                       f"batch must fit at least one run")
+
+
+CORRECTION_BOUNDS = {  # the `correction` group's numbers: (key, test, what it must be)
+    "losses.correction.ppo_clip": (
+        ("clip_low", lambda v: 0 <= v < 1, "in [0, 1): ρ is clipped below at 1 - clip_low"),
+        ("clip_high", lambda v: v > 0, "> 0: ρ is clipped above at 1 + clip_high")),
+    "losses.correction.truncated_is": (
+        ("cap", lambda v: v >= 1, "≥ 1: on-policy tokens (ρ = 1) keep their weight"),),
+    "losses.correction.masked_is": (
+        ("low", lambda v: 0 <= v <= 1, "in [0, 1]: on-policy tokens (ρ = 1) are kept"),
+        ("high", lambda v: v >= 1, "≥ 1: on-policy tokens (ρ = 1) are kept")),
+}
+
+
+def _check_correction(cfg: DictConfig, errors: list[str]) -> None:
+    """The off-policy correction's bounds leave on-policy tokens (importance ratio 1) trained as they are:
+    `correction.clip_low=1.5` would clip below at -0.5, `masked_is` with `low > 1` would mask every one."""
+    for key, ok, what in CORRECTION_BOUNDS.get(raw(cfg, "correction._target_"), ()):
+        value = raw(cfg, f"correction.{key}")
+        if not (is_number(value) and ok(value)):
+            errors.append(f"correction.{key}={value!r} must be a number {what}")

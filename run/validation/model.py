@@ -1,0 +1,40 @@
+"""Checks of the `model` group's settings that depend on the architecture, made on a skeleton of the
+model on the meta device (modules and shapes: no weights read or allocated, no factory called): a LoRA
+adapter's fields and target modules (`model.lora`) are refused here, before anything is written, rather
+than after the model is built."""
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+
+from run.validation.values import raw
+
+
+def check_lora(cfg: DictConfig, errors: list[str]) -> None:
+    lora = raw(cfg, "model.lora")
+    if not lora:
+        return
+    from models.lora import lora_problems
+    model = _skeleton(cfg.model)
+    if model is not None:  # another factory's model is checked when it is built
+        errors.extend(lora_problems(model, lora))
+
+
+def _skeleton(node: DictConfig):
+    """The stage's model (no adapter) on the meta device for the project's factories, else None. A
+    missing or broken folder gives None too: the folder checks report it."""
+    target = raw(node, "_target_")
+    try:
+        if target == "models.hf.load_hf":
+            from models.hf import skeleton
+            return skeleton(str(node.name_or_path), bool(node.trust_remote_code))
+        if target == "models.tiny.build_tiny":
+            from transformers import LlamaForCausalLM
+
+            from models.tiny import tiny_config
+            with torch.device("meta"):
+                return LlamaForCausalLM(tiny_config(node.hidden_size, node.num_layers, node.num_heads,
+                                                    node.intermediate_size, node.max_position_embeddings))
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+    return None
