@@ -128,7 +128,7 @@ CASES: list[Case] = [
       "to change it", when="command line"),
     C("choice-typo", "a misspelled group choice", ("algorithm=grpoo",),
       "error: algorithm=grpoo: there is no algorithm=grpoo (choices: dpo, dr_grpo, grpo, ipo, kto, online_dpo, ppo, "
-      "rejection_sampling, reward_model, sft); did you mean algorithm=grpo?", when="command line"),
+      "reinforce_pp, rejection_sampling, reward_model, rloo, sft); did you mean algorithm=grpo?", when="command line"),
     C("experiment-typo", "a misspelled experiment", ("experiment=quickstar",),
       "error: experiment=quickstar: there is no experiment=quickstar (choices: grpo_code, instructgpt, onpolicy_vs_replay, "
       "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, short_sft_dpo, short_sft_grpo, single); did you mean experiment=quickstart?",

@@ -166,6 +166,19 @@ def test_naming_an_algorithm_runs_it_alone(hydra_conf):
     assert stage.name == "sft" and stage.cfg.trainer.max_steps == 100  # the base default, no stage's
 
 
+@pytest.mark.parametrize("algorithm,fn,scale_by_std", [
+    ("grpo", "group_relative_advantages", True), ("dr_grpo", "group_relative_advantages", False),
+    ("rloo", "rloo_advantages", False), ("reinforce_pp", "reinforce_pp_advantages", True)])
+def test_advantage_node_of_each_grpo_variant(hydra_conf, algorithm, fn, scale_by_std):
+    """The variants inherit grpo.yaml's advantage node and point it at their estimator. Hydra cannot
+    delete grpo's `scale_by_std` there, so every estimator takes one and each file sets it."""
+    [stage] = plan(hydra_conf, [f"algorithm={algorithm}"])
+    node = stage.cfg.algorithm.advantage
+    assert set(node) == {"_target_", "_partial_", "scale_by_std"}
+    advantage = instantiate(node)
+    assert advantage.func.__name__ == fn and advantage.keywords == {"scale_by_std": scale_by_std}
+
+
 def test_algorithm_sft_alone_is_one_stage(hydra_conf):
     [stage] = plan(hydra_conf, ["algorithm=sft"])
     assert stage.name == "sft" and stage.cfg.algorithm._target_ == "trainers.sft.SFTModule"

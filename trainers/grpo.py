@@ -19,7 +19,8 @@ class GRPOModule(RolloutModule):
         self.advantage_fn = advantage
 
     def annotate(self, records: list[ExperienceRecord]) -> list[ExperienceRecord]:
-        """Group-relative advantages from rewards; reference log-probs when β > 0."""
+        """Advantages from rewards and group ids (`algorithm.advantage`: group-relative, leave-one-out or
+        REINFORCE++-baseline, losses/advantages.py); reference log-probs when β > 0."""
         rewards = torch.tensor([r.reward for r in records])
         groups = torch.tensor([r.group_id for r in records])
         adv, stats = self.advantage_fn(rewards, groups)
