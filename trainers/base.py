@@ -22,7 +22,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord
 from hardware import distributed
-from hardware.sharding import fully_shard_module, shard_model
+from hardware.sharding import fully_shard_module, is_sharded, shard_model
 from models.forward import sequence_token_logprobs
 from trainers import step_log
 
@@ -143,7 +143,8 @@ class PolicyModule(L.LightningModule):
         else the policy itself with its LoRA adapter disabled (no copy of the weights), or as it is
         (only valid before training moves it: precomputed reference log-probs at fit start)."""
         if getattr(self, "reference", None) is not None:
-            self.reference.to(self.device)
+            if not is_sharded(self.reference):  # FSDP2's `.to` reshards: inside full_weights every reference
+                self.reference.to(self.device)  # forward would all-gather, and ranks with uneven shares hang
             yield self.reference
             return
         was_training = self.policy.training
