@@ -6,7 +6,8 @@ One Lightning epoch is one round. Lightning rebuilds the train dataloader before
 `on_train_epoch_end`, and epoch k serves round k. A round serves `steps_per_round` optimizer steps,
 unless the module ends it early (callbacks/drift.py, PPO's target KL); each round's reason is logged
 as `rollout/trigger/<reason>`. The callback's totals are checkpointed, and a resumed run makes a round
-at fit start only if the checkpoint holds none still to serve.
+at fit start only if the checkpoint holds none still to serve. Before each round the module's
+`round_start(index)` (if it has one) is called with the round's index, 0 for the first.
 """
 from __future__ import annotations
 
@@ -78,6 +79,9 @@ class RegenerateExperience(L.Callback):
         prompts = [p for p in mine for _ in range(dm.group_size)]
         if distributed.world_size() > 1:  # each rank its own random stream (seed_everything gave all one)
             torch.manual_seed(dm.seed * 1_000_003 + 7_919 * self.rounds + distributed.rank())
+        # Before the round (online DPO refreshes its reference), outside the gathered weights: under
+        # FSDP the shards are the weights, and a write to a gathered copy would be lost.
+        getattr(pl_module, "round_start", lambda index: None)(self.rounds)
         with full_weights(pl_module):  # FSDP: gathered once for the whole round; a no-op otherwise
             local = self._local_round(pl_module, dm, prompts)
         records, rewards, out, report, mismatch, prompt_tokens = self._whole_round(*local, prompts)

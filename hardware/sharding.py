@@ -64,6 +64,20 @@ def full_state_dict(model: torch.nn.Module) -> dict:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+def reshard(*models) -> None:
+    """Put every FSDP unit of `models` in its sharded state (a no-op for plain models and for units
+    already sharded): the shards are FSDP's weights, and a write to a gathered copy would be lost."""
+    for model in models:
+        for unit in fsdp_units(model):
+            unit.reshard()
+
+
+def local_shard(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a sharded (DTensor) parameter, sharing its storage; a plain tensor as is.
+    Call under torch.no_grad (then DTensor.to_local returns the shard itself, not an autograd view)."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 @contextmanager
 def full_weights(pl_module):
     """Gather the sharded policy and reference of `pl_module` once, keep them gathered inside."""

@@ -1,7 +1,8 @@
 """A run killed with SIGKILL at a random point and resumed ends exactly where an uninterrupted run with
 the same seed ends: the same summary.json metrics (timings aside) and bit-identical final weights.
-GRPO with replay (buffer, replay sampling, off-policy correction) and DPO (cached reference log-probs),
-on CPU with the tiny model and a checkpoint every round. Slow: three `python train.py` per case.
+GRPO with replay (buffer, replay sampling, off-policy correction), DPO (cached reference log-probs) and
+online DPO refreshing its reference every 2 rounds, on CPU with the tiny model and a checkpoint every
+round. Slow: three `python train.py` per case.
 
 The kill point is drawn at random (the seed is printed; RESUME_KILL_SEED=<n> replays it): after the
 checkpoint of a random round, plus a random delay, so the kill may land mid-round, mid-generation or
@@ -28,12 +29,19 @@ from tests.test_train_e2e import train
 COMMON = TINY_MODEL + ["task.num_heldout=20", "callbacks.evaluate.num_examples=20", "logger=none",
                        "callbacks.progress.refresh_rate=0", "generator.max_new_tokens=6",
                        "checkpoint_every_n_rounds=1", "seed=3"]
-CASES = {  # name: (overrides, rounds, steps a round)
+CASES = {  # name: (overrides, rounds, steps a round or None)
     "grpo_replay": (["algorithm=grpo", "data=replay_mix", "trainer.max_steps=30", "data.prompts_per_round=4",
                      "data.batch_size=16", "reward=function",  # a reward that varies even for a random model
                      "reward.fn._target_=tests.helpers.char_sum_scores"], 15, 2),
     "dpo": (["algorithm=dpo", "trainer.max_steps=24", "++data.synthetic.num_pairs=64", "data.batch_size=16"], 6, 4),
+    # A round's steps vary with its pairs (None: wait for the round's checkpoint, whatever its step); the
+    # reference is refreshed every 2 rounds, so a resume must restore the refreshed reference too.
+    "online_dpo_refresh": (["algorithm=online_dpo", "algorithm.ref_update_every=2", "trainer.max_steps=16",
+                            "data.prompts_per_round=4", "algorithm.group_size=4", "algorithm.epochs_per_round=1",
+                            "data.batch_size=2", "reward=function",
+                            "reward.fn._target_=tests.helpers.char_sum_scores"], 8, None),
 }
+STAGE = {"grpo_replay": "grpo", "dpo": "dpo", "online_dpo_refresh": "online_dpo"}
 KNOWN: dict[str, set[str]] = {}  # what a resumed stage may still report differently (nothing, now)
 
 
@@ -50,6 +58,17 @@ def weights_digest(out: Path) -> str:
     return h.hexdigest()
 
 
+def round_checkpoint(folder: Path, round_: int, steps: int | None, proc, timeout: float = 120) -> Path:
+    """The periodic checkpoint of round `round_` (1-based): its step known, or the first file that appears."""
+    if steps is not None:
+        return folder / f"epoch={round_ - 1}-step={round_ * steps}.ckpt"
+    deadline = time.monotonic() + timeout
+    while not (found := sorted(folder.glob(f"epoch={round_ - 1}-step=*.ckpt"))):
+        assert proc.poll() is None and time.monotonic() < deadline, f"no checkpoint of round {round_} in {folder}"
+        time.sleep(0.02)
+    return found[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_killed_run_resumes_bit_identically(tmp_path, case):
@@ -64,8 +83,8 @@ def test_a_killed_run_resumes_bit_identically(tmp_path, case):
 
     killed = tmp_path / "killed"
     proc = start_train(*args, f"hydra.run.dir={killed}")
-    stage = "grpo" if case == "grpo_replay" else "dpo"
-    wait_for(killed / "checkpoints" / stage / f"epoch={kill_round - 1}-step={kill_round * steps}.ckpt", proc)
+    stage = STAGE[case]
+    wait_for(round_checkpoint(killed / "checkpoints" / stage, kill_round, steps, proc), proc)
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
@@ -80,7 +99,7 @@ def test_a_killed_run_resumes_bit_identically(tmp_path, case):
     b = comparable(json.loads((killed / "summary.json").read_text()))
     differ = sorted(k for k in a[stage].keys() | b[stage].keys() if a[stage].get(k) != b[stage].get(k))
     print(f"\n[{case}] kill seed {seed}: SIGKILL {delay:.2f} s after round {kill_round}'s checkpoint; "
-          f"resumed from {ckpt.name} at step {start} of {rounds * steps}"
+          f"resumed from {ckpt.name} at step {start}"
           f"\n[{case}] {len(a[stage])} metrics compared; differing: "
           + (", ".join(f"{k}: {a[stage].get(k)} vs {b[stage].get(k)}" for k in differ) or "none")
           + f"\n[{case}] weights sha256 {weights_digest(uninterrupted)[:16]} vs {weights_digest(killed)[:16]}")

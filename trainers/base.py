@@ -22,7 +22,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord
 from hardware import distributed
-from hardware.sharding import fully_shard_module, shard_model
+from hardware.sharding import fully_shard_module, is_sharded, local_shard, reshard, shard_model
 from models.forward import sequence_token_logprobs
 from trainers import step_log
 
@@ -143,7 +143,8 @@ class PolicyModule(L.LightningModule):
         else the policy itself with its LoRA adapter disabled (no copy of the weights), or as it is
         (only valid before training moves it: precomputed reference log-probs at fit start)."""
         if getattr(self, "reference", None) is not None:
-            self.reference.to(self.device)
+            if not is_sharded(self.reference):  # FSDP2's `.to` reshards: inside full_weights every reference
+                self.reference.to(self.device)  # forward would all-gather, and ranks with uneven shares hang
             yield self.reference
             return
         was_training = self.policy.training
@@ -272,3 +273,24 @@ def frozen_copy(model: PreTrainedModel) -> PreTrainedModel:
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
+
+
+@torch.no_grad()
+def blend_weights(source: torch.nn.Module, target: torch.nn.Module, alpha: float) -> None:
+    """target ← α·source + (1 − α)·target for every parameter, in place (α = 1: an exact copy); buffers
+    (rotary frequencies) are left alone. `target` is a `frozen_copy` of `source`, so their parameters
+    pair up by name. Under FSDP2 both are sharded alike (configure_model): each rank blends its own
+    shards, with no gather and no new tensor."""
+    reshard(source, target)
+    ours, theirs = list(target.named_parameters()), list(source.named_parameters())
+    if [n for n, _ in ours] != [n for n, _ in theirs]:
+        raise RuntimeError("the reference's parameters do not match the policy's: it is not a copy of it")
+    for (name, t), (_, s) in zip(ours, theirs):
+        t, s = local_shard(t), local_shard(s)
+        if t.shape != s.shape:
+            raise RuntimeError(f"{name}: the reference's shard {tuple(t.shape)} is not the policy's "
+                               f"{tuple(s.shape)} (sharded one way and not the other)")
+        if alpha == 1:
+            t.copy_(s)
+        else:
+            t.mul_(1 - alpha).add_(s.to(t.dtype), alpha=alpha)

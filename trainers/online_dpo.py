@@ -6,6 +6,16 @@ Pairs carry the provenance of the samples they came from (source policy_rollout,
 that generated them, generator, sampling settings, reward source) and their rewards. Their reference
 log-probs are computed once, as the round is made (the frozen copy of the stage's initial policy, or
 the LoRA base).
+
+`ref_update_every` = K refreshes the reference, as iterative DPO does (Xiong et al. 2024; TRL's
+`sync_ref_model`, which does it every K optimizer steps): rounds are numbered from 0 (made at fit
+start), and before round i is generated, for i a positive multiple of K, the frozen copy takes the
+current policy's weights, in place (`ref_update_alpha` < 1: TR-DPO's soft update, ref ← α·policy +
+(1 − α)·ref). So round K·n's pairs, and all pairs up to round K·(n+1) − 1, are scored against the policy
+as it was after K·n rounds of training. Pairs made before a refresh keep the reference log-probs they
+were cached with (a round that kept nothing serves the previous round's pairs again). The refresh count
+and round are checkpointed; the reference weights are in the checkpoint's state dict (`reference.*`),
+so a resumed run continues with the refreshed reference and refreshes on the same rounds.
 """
 from __future__ import annotations
 
@@ -14,6 +24,7 @@ from dataclasses import replace
 from data_modules.experience import ExperienceRecord
 from data_modules.filtered_rollouts import FilteredRolloutsDataModule
 from data_modules.preferences import PreferenceRecord
+from trainers.base import blend_weights
 from trainers.dpo import DPOModule
 
 
@@ -42,15 +53,23 @@ def best_worst_pairs(records: list[ExperienceRecord], min_reward_gap: float) -> 
 
 
 class OnlineDPOModule(DPOModule):
-    """`group_size` samples per prompt, `epochs_per_round` passes over each round's pairs."""
+    """`group_size` samples per prompt, `epochs_per_round` passes over each round's pairs; the reference
+    refreshed to the policy every `ref_update_every` rounds (None: never), blended by `ref_update_alpha`."""
 
-    def __init__(self, group_size: int, epochs_per_round: int, min_reward_gap: float, **kwargs):
+    def __init__(self, group_size: int, epochs_per_round: int, min_reward_gap: float,
+                 ref_update_every: int | None, ref_update_alpha: float, **kwargs):
         super().__init__(**kwargs)
         if self.precompute_reference:
             raise ValueError("algorithm.precompute_reference=true does not apply to online_dpo: its pairs are "
                              "made during training (their reference log-probs are cached as each round is made)")
+        if ref_update_every is not None and self.reference is None:
+            raise ValueError(f"algorithm.ref_update_every={ref_update_every} with model.lora: the reference is the "
+                             f"base with the adapter disabled, so refreshing it would mean merging the adapter "
+                             f"into the base; use algorithm.ref_update_every=null with LoRA")
         self.group_size, self.epochs_per_round = group_size, epochs_per_round
         self.min_reward_gap = min_reward_gap
+        self.ref_update_every, self.ref_update_alpha = ref_update_every, ref_update_alpha
+        self.ref_updates, self.ref_updated_round = 0, -1  # checkpointed
         self.last_round_stats: dict[str, float] = {}
 
     def check_data(self, datamodule) -> None:
@@ -64,3 +83,23 @@ class OnlineDPOModule(DPOModule):
         groups = len(group_records(records))
         self.last_round_stats = {"pairs": float(len(pairs)), "frac_groups_paired": len(pairs) / max(groups, 1)}
         return pairs
+
+    # ---- the reference refresh -------------------------------------------------------------------
+    def round_start(self, index: int) -> None:
+        """Called by callbacks/regenerate.py before round `index` (0: the first) is generated, outside
+        FSDP's gathered weights: refresh the reference when `index` is a positive multiple of
+        `ref_update_every` (at most once per round index)."""
+        every = self.ref_update_every
+        if every and index > 0 and index % every == 0 and index != self.ref_updated_round:
+            blend_weights(self.policy, self.reference, self.ref_update_alpha)
+            self.ref_updates, self.ref_updated_round = self.ref_updates + 1, index
+
+    def log_step(self, batch, loss, metrics, extra=None):
+        return super().log_step(batch, loss, metrics, (extra or {}) | {"train/ref_updates": float(self.ref_updates)})
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["reference_refresh"] = {"updates": self.ref_updates, "round": self.ref_updated_round}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("reference_refresh", {})  # a checkpoint from before the refresh existed
+        self.ref_updates, self.ref_updated_round = state.get("updates", 0), state.get("round", -1)

@@ -13,7 +13,7 @@ from run.errors import ConfigError
 from run.validation.hardware import check_hardware, check_ranks
 from run.validation.model import check_lora
 from run.validation.moved import check_moved_targets
-from run.validation.values import check_values, is_int, raw
+from run.validation.values import check_values, is_int, is_number, raw
 
 
 def _get(cfg: DictConfig, key: str, errors: list[str]):
@@ -126,6 +126,22 @@ def _check_memory_keys(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"generator.top_p={top_p!r} must be in (0, 1]")
 
 
+def _check_reference_refresh(cfg: DictConfig, errors: list[str]) -> None:
+    """online_dpo's algorithm.ref_update_every copies the policy's weights into its frozen reference: with
+    LoRA there is no copy (the reference is the base with the adapter disabled); α must be in (0, 1]."""
+    every = raw(cfg, "algorithm.ref_update_every")
+    if every is None:
+        return
+    if raw(cfg, "model.lora"):
+        errors.append(f"algorithm.ref_update_every={every} with model.lora: the reference is the base with the "
+                      f"adapter disabled, so refreshing it would mean merging the adapter into the base; use "
+                      f"algorithm.ref_update_every=null with LoRA")
+    alpha = raw(cfg, "algorithm.ref_update_alpha")
+    if not (is_number(alpha) and 0 < alpha <= 1):
+        errors.append(f"algorithm.ref_update_alpha={alpha!r} must be in (0, 1] (1: the reference becomes a copy "
+                      f"of the policy)")
+
+
 def _check_generator(cfg: DictConfig, errors: list[str]) -> None:
     """generator=vllm needs the vllm package, installed its own way (scripts/install_vllm.sh)."""
     target = raw(cfg, "generator._target_") or ""
@@ -166,7 +182,7 @@ def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[st
 
 
 CHECKS = (_check_numbers, _check_rounds, _check_replay, _check_files, _check_memory_keys, _check_generator,
-          check_values, check_hardware, check_ranks, check_lora)
+          _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora)
 
 
 def validate(cfg: DictConfig, stage: str) -> None:

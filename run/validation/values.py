@@ -10,7 +10,8 @@ POSITIVE_INTS = ("generator.batch_size", "checkpoint_every_n_rounds", "algorithm
                  "reward.workers", "callbacks.regenerate.max_dropped_rounds",
                  "callbacks.guards.patience_rounds", "callbacks.guards.patience_steps")
 OPTIONAL_POSITIVE_INTS = {"data.max_examples": "null for all", "callbacks.evaluate.num_examples": "null for all",
-                          "algorithm.annotate_batch_size": "null (= data.micro_batch_size)"}
+                          "algorithm.annotate_batch_size": "null (= data.micro_batch_size)",
+                          "algorithm.ref_update_every": "null for never"}
 NON_NEGATIVE_INTS = ("callbacks.evaluate.every_n_steps", "task.num_heldout",
                      "algorithm.scheduler.num_warmup_steps")
 POSITIVE_NUMBERS = ("algorithm.optimizer.lr", "reward.timeout_s", "reward.per_test_seconds",

@@ -52,3 +52,21 @@ def test_two_ranks_step_equals_one_process(single, tmp_path, hardware, algorithm
     assert max((one[k] - start[k]).abs().max().item() for k in one) > 1e-2  # the step did move the weights
     worst = max((one[k] - two[k]).abs().max().item() for k in one)
     assert worst < 1e-6, f"{hardware} {algorithm}: weights differ from one process by {worst}"
+
+
+@SLOW
+def test_fsdp_reference_refresh_writes_each_ranks_shards(tmp_path):
+    """Online DPO, ref_update_every=1, FSDP2 on 2 ranks (tests/hardware/ref_refresh.py): after every
+    refresh each rank's reference shards equal its policy shards, and they still do at the end (the
+    write landed in FSDP's shards, not in a gathered copy); rounds with uneven pairs per rank don't hang."""
+    out = tmp_path / "refresh.pt"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(SCRIPT.with_name("ref_refresh.py")), str(out)],
+                          env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for rank in (0, 1):
+        found = torch.load(f"{out}.{rank}")
+        assert found["sharded"] and len(found["rounds"]) >= 3, found
+        assert [r["updates"] for r in found["rounds"]] == list(range(len(found["rounds"])))
+        assert all(r["equal"] for r in found["rounds"]), found["rounds"]
+        assert found["end_reference_is_last_refresh"] and found["end_policy_moved_on"]
