@@ -25,6 +25,7 @@ from omegaconf import ListConfig
 from torchmetrics import MeanMetric
 
 from callbacks.logging import find_callback, log_now
+from generators.base import completion_texts, stop_ids
 from generators.hf import HFGenerator
 from hardware import distributed
 from hardware.console import say
@@ -41,7 +42,7 @@ def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: Re
     mine = distributed.shard(examples)
     prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in mine]
     out = generator.sample(policy, tokenizer, prompts, greedy=True) if prompts else None
-    texts = tokenizer.batch_decode(out.completions, skip_special_tokens=True) if out else []
+    texts = completion_texts(tokenizer, out.completions, stop_ids(policy, tokenizer)) if out else []
     report = safe_score(verifier, [ex.prompt for ex in mine], texts, mine)  # never raises
     lengths = [len(c) for c in out.completions] if out else []
     parts = distributed.gather((report, lengths))

@@ -6,7 +6,8 @@ After each round (read from RegenerateExperience's `last_round`):
                     group-relative advantages are then all zero: e.g. an untrained model that the exact
                     verifier scores 0 everywhere; start from SFT, or use a denser reward)
     truncated       ≥ `max_truncated_frac` of the completions hit generator.max_new_tokens
-    no_eos          no completion ended with eos for `patience_rounds` rounds in a row
+    no_eos          no completion ended with eos (or another stop id: generators.base.stop_ids) for
+                    `patience_rounds` rounds in a row
 After each optimizer step:
     zero_loss       the loss was exactly 0 for `patience_steps` steps in a row
 Each warning is printed once per episode (it re-arms once the condition clears).
@@ -23,7 +24,7 @@ HINTS = {
                      "policy, raise algorithm.group_size, or use a denser reward",
     "truncated": "completions hit generator.max_new_tokens: raise it, or the answers are cut before "
                  "the verifier sees them",
-    "no_eos": "no completion ended with eos: the policy never learned to stop",
+    "no_eos": "no completion ended with eos (or another stop id): the policy never learned to stop",
     "zero_loss": "the loss is exactly 0: nothing is being learned",
 }
 

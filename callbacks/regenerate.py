@@ -18,7 +18,7 @@ import torch
 
 from callbacks.logging import log_now
 from data_modules.experience import ExperienceRecord, Provenance, collate
-from generators.base import GenerationOutput
+from generators.base import GenerationOutput, completion_texts, finished, stop_ids
 from generators.hf import HFGenerator
 from hardware import distributed
 from hardware.console import say
@@ -98,7 +98,7 @@ class RegenerateExperience(L.Callback):
         kept, generation output, score report, log-prob mismatch). Annotation may turn records into
         others (online DPO's pairs) or keep fewer (rejection sampling)."""
         out = self.generator.sample(pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts])
-        texts = dm.tokenizer.batch_decode(out.completions, skip_special_tokens=True)
+        texts = completion_texts(dm.tokenizer, out.completions, stop_ids(pl_module.policy, dm.tokenizer))
         examples = [ex for ex, _, _ in prompts]
         getattr(self.reward, "to", lambda device: None)(pl_module.device)  # models on the policy's device
         report = safe_score(self.reward, [ex.prompt for ex in examples], texts, examples)
@@ -199,14 +199,14 @@ class RegenerateExperience(L.Callback):
             source_means[name] = sum(finite) / len(finite) if finite else float("nan")
             self.source_means.setdefault(name, []).append(source_means[name])
         n = max(len(out.completions), 1)
-        eos = pl_module.tokenizer.eos_token_id
-        ended = sum(1 for c in out.completions if c and c[-1] == eos)
+        stops = set(stop_ids(pl_module.policy, pl_module.tokenizer))  # eos_frac: ended at any stop id
+        ended = sum(1 for c in out.completions if finished(c, stops))
         metrics = {
             "rollout/reward_mean": mean,
             "rollout/response_len_mean": gen_tokens / n,
             "rollout/eos_frac": ended / n,
             "rollout/truncated_frac": sum(1 for c in out.completions if len(c) >= self.generator.max_new_tokens
-                                          and (not c or c[-1] != eos)) / n,
+                                          and not finished(c, stops)) / n,
             "rollout/reward_abstained": float(report.abstained),
             "rollout/reward_errors": float(report.errors),
             "rollout/reward_timeouts": float(report.timeouts),

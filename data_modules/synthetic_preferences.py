@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerBase
 
 from data_modules.experience import Provenance
 from data_modules.preferences import PreferenceRecord
+from generators.base import completion_texts, stop_ids
 from tasks.base import Example, Task, encode_completion, encode_prompt
 
 SUM = re.compile(r"^\s*(\d+)\s*\+\s*(\d+)\s*=\s*$")
@@ -101,7 +102,7 @@ def checkpoint_pairs(task: Task, tokenizer: PreTrainedTokenizerBase, num_pairs: 
         picked = [examples[i] for i in indices]
         prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in picked for _ in range(samples_per_prompt)]
         out = generator.sample(model, tokenizer, prompts)
-        texts = tokenizer.batch_decode(out.completions, skip_special_tokens=True)
+        texts = completion_texts(tokenizer, out.completions, stop_ids(model, tokenizer))
         scores = verifier.score([], texts, [ex for ex in picked for _ in range(samples_per_prompt)])
         pairs = []
         for gid, (i, ex) in enumerate(zip(indices, picked)):

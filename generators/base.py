@@ -1,7 +1,11 @@
 """The generator seam (`generator=hf|vllm`): what every engine returns. An engine is built from the
 `generator` config group and called as `engine.sample(model, tokenizer, prompts, ...)`; it returns, per
 prompt, the sampled token ids and the log-probs of the distribution it actually sampled from, never a
-[batch, tokens, vocab] tensor. Engines: generators/hf.py (a KV-cached loop), generators/vllm.py."""
+[batch, tokens, vocab] tensor.
+
+Every engine stops a completion at the first of the model's stop ids (`stop_ids`), that token included,
+unless `ignore_eos`; and everything that asks whether a completion finished (rollout metrics, rewards'
+text) asks with the same ids. Engines: generators/hf.py (a KV-cached loop), generators/vllm.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,8 +13,37 @@ from dataclasses import dataclass
 
 @dataclass
 class GenerationOutput:
-    """completions[i]: generated ids for prompt i (eos included if produced); logprobs[i]: same length."""
+    """completions[i]: generated ids for prompt i (its stop id included if produced); logprobs[i]: same
+    length."""
 
     completions: list[list[int]]
     logprobs: list[list[float]]
     seconds: float
+
+
+def stop_ids(model, tokenizer) -> list[int]:
+    """The ids that end a completion: `model.generation_config.eos_token_id` (an int, a list, or absent)
+    then `tokenizer.eos_token_id`, each once, in that order.
+
+    A chat model ends its turn with a token that is often not the tokenizer's eos, and lists it in its
+    generation config: Qwen2.5-Instruct's <|im_end|>, Llama-3-Instruct's <|eot_id|>, Gemma's
+    <end_of_turn>. Stopping at the tokenizer's eos alone runs past the end of the turn, and the policy is
+    then trained on what it wrote after it."""
+    config = getattr(model, "generation_config", None)
+    ids = getattr(config, "eos_token_id", None)
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    ids.append(getattr(tokenizer, "eos_token_id", None))
+    return list(dict.fromkeys(int(i) for i in ids if i is not None))
+
+
+def finished(completion: list[int], stops: list[int] | set[int]) -> bool:
+    """Whether a completion ended at a stop id (and not at the token limit)."""
+    return bool(completion) and completion[-1] in stops
+
+
+def completion_texts(tokenizer, completions: list[list[int]], stops: list[int]) -> list[str]:
+    """Completions as the text that rewards and logs see: a final stop id dropped (even one the tokenizer
+    does not count as special), other special tokens skipped."""
+    stop_set = set(stops)
+    return tokenizer.batch_decode([c[:-1] if finished(c, stop_set) else c for c in completions],
+                                  skip_special_tokens=True)

@@ -1,8 +1,9 @@
 """`generator=hf`: the KV-cached sampling loop (the seam's contract: generators/base.py).
 
-`sample` returns, per prompt, the generated token ids (cut after the first eos, unless `ignore_eos`)
-and the per-token log-probs of the distribution actually sampled from: temperature applied, no hidden
-top-k, top-p only if configured.
+`sample` returns, per prompt, the generated token ids (cut after the first stop id, unless `ignore_eos`:
+the model's generation-config eos ids and the tokenizer's eos, generators.base.stop_ids) and the
+per-token log-probs of the distribution actually sampled from: temperature applied, no hidden top-k,
+top-p only if configured.
 
 `HFGenerator` is a KV-cached sampling loop over a Hugging Face model (models/forward.py): each step
 computes the logits of the last position only and keeps just the sampled token's log-prob, so memory
@@ -18,7 +19,7 @@ from itertools import chain
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from generators.base import GenerationOutput
+from generators.base import GenerationOutput, stop_ids
 from hardware.sharding import is_sharded
 from models import lean_llama
 from models.forward import decoder_and_head, last_position_logits
@@ -132,11 +133,12 @@ def decode_steps(model, input_ids, attention_mask, max_new_tokens: int):
 
 @torch.no_grad()
 def sample_tokens(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  max_new_tokens: int, eos_id: int, pad_id: int, temperature: float = 1.0,
+                  max_new_tokens: int, stops: torch.Tensor, pad_id: int, temperature: float = 1.0,
                   top_p: float = 1.0, greedy: bool = False, ignore_eos: bool = False):
     """KV-cached sampling from left-padded prompts [B, P]. Returns (tokens [B, N], log-probs [B, N] of
     each sampled token under softmax(logits / temperature) after top-p (0 for greedy), lengths [B]:
-    tokens up to and including the first eos). Rows that finished are fed `pad_id` until all finish."""
+    tokens up to and including the first stop id). `stops` [S]: the stop ids, on the prompts' device.
+    Rows that finished are fed `pad_id` until all finish."""
     B, device = input_ids.shape[0], input_ids.device
     tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((B, max_new_tokens), device=device)
@@ -154,7 +156,7 @@ def sample_tokens(model: PreTrainedModel, input_ids: torch.Tensor, attention_mas
             logps[:, t] = logp.masked_fill(done, 0.0)
         tokens[:, t] = token.masked_fill(done, pad_id)
         if not ignore_eos:
-            ended = (token == eos_id) & ~done
+            ended = torch.isin(token, stops) & ~done
             lengths[ended] = t + 1
             done |= ended
             if bool(done.all()):
@@ -192,20 +194,21 @@ class HFGenerator:
         start, was_training = time.perf_counter(), model.training
         model.eval()
         completions, logprobs = [], []
+        device = next(model.parameters()).device
+        stops = torch.tensor(stop_ids(model, tokenizer), dtype=torch.long, device=device)  # [S], once a call
         try:
             for lo in range(0, len(prompts), self.batch_size):
-                c, lp = self._batch(model, tokenizer, prompts[lo : lo + self.batch_size], greedy)
+                c, lp = self._batch(model, tokenizer, prompts[lo : lo + self.batch_size], stops, greedy)
                 completions += c
                 logprobs += lp
         finally:
             model.train(was_training)
         return GenerationOutput(completions, logprobs, time.perf_counter() - start)
 
-    def _batch(self, model, tokenizer, prompts, greedy):
-        device = next(model.parameters()).device
+    def _batch(self, model, tokenizer, prompts, stops, greedy):
         ids, mask = left_pad(prompts, tokenizer.pad_token_id)
         tokens, logps, lengths = sample_tokens(
-            model, ids.to(device), mask.to(device), self.max_new_tokens, tokenizer.eos_token_id,
+            model, ids.to(stops.device), mask.to(stops.device), self.max_new_tokens, stops,
             tokenizer.pad_token_id, self.temperature, self.top_p, greedy, self.ignore_eos)
         tokens, logps, lengths = tokens.tolist(), logps.tolist(), lengths.tolist()
         return ([row[:n] for row, n in zip(tokens, lengths)], [row[:n] for row, n in zip(logps, lengths)])

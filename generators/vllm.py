@@ -1,8 +1,10 @@
 """A colocated vLLM engine behind the generator seam (`generator=vllm`); install: scripts/install_vllm.sh.
 
 Same call as `HFGenerator.sample`: one completion per prompt entry (prompts already repeated for groups),
-cut after the first eos (eos included), with the log-prob of each sampled token under the distribution
-actually sampled from (vLLM's `processed_logprobs`: temperature and top-p applied, top_k disabled).
+cut after the first stop id (included; generators.base.stop_ids: the model's generation-config eos ids and
+the tokenizer's eos, passed as `stop_token_ids`: the engine is built with `generation_config="vllm"`, so
+it would not read them itself), with the log-prob of each sampled token under the distribution actually
+sampled from (vLLM's `processed_logprobs`: temperature and top-p applied, top_k disabled).
 
 The engine is built lazily on the first `sample`, in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
 so weights are handed over by reference), from the policy's config and tokenizer only
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from generators.base import GenerationOutput
+from generators.base import GenerationOutput, stop_ids
 
 INSTALL_HINT = "bash scripts/install_vllm.sh (a separate venv; see requirements-vllm.txt)"
 
@@ -100,6 +102,12 @@ def _merged_lora_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
         yield key, t
 
 
+def cut_at_stop(ids: list[int], stops: list[int]) -> list[int]:
+    """`ids` up to and including the first stop id (all of them when there is none)."""
+    stop_set = set(stops)
+    return next((ids[: i + 1] for i, t in enumerate(ids) if t in stop_set), ids)
+
+
 def _plain(node) -> dict:
     """A Hydra DictConfig (or dict, or None) as a plain dict."""
     from omegaconf import DictConfig, OmegaConf
@@ -155,18 +163,19 @@ class VLLMGenerator:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        stops = stop_ids(model, tokenizer)
         params = SamplingParams(
             n=1, temperature=0.0 if greedy else self.temperature, top_p=1.0 if greedy else self.top_p,
             top_k=0, max_tokens=self.max_new_tokens, ignore_eos=self.ignore_eos,
-            stop_token_ids=None if self.ignore_eos else [tokenizer.eos_token_id],
+            stop_token_ids=None if self.ignore_eos else stops,
             logprobs=None if greedy else 0, detokenize=False)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
                                     use_tqdm=False)
         completions, logprobs = [], []
         for out in outputs:
             ids = list(out.outputs[0].token_ids)
-            if not self.ignore_eos and tokenizer.eos_token_id in ids:  # vLLM stops there already
-                ids = ids[: ids.index(tokenizer.eos_token_id) + 1]
+            if not self.ignore_eos:  # vLLM stops there already: a guard, with the HF loop's rule
+                ids = cut_at_stop(ids, stops)
             completions.append(ids)
             logprobs.append([0.0] * len(ids) if greedy else
                             [step[t].logprob for t, step in zip(ids, out.outputs[0].logprobs)])

@@ -8,6 +8,7 @@ import re
 from collections import OrderedDict
 from typing import Callable
 
+from generators.base import completion_texts, stop_ids
 from rewards.base import RewardSource
 from tasks.base import encode_prompt
 
@@ -64,7 +65,8 @@ class JudgeReward(RewardSource):
             texts = [self.template.format(prompt=p, completion=c, answer=a) for p, c, a in todo]
             ids = [encode_prompt(self.tokenizer, t, self.chat) for t in texts]
             out = self.generator.sample(self.model, self.tokenizer, ids, greedy=True)
-            self.last_replies = self.tokenizer.batch_decode(out.completions, skip_special_tokens=True)
+            self.last_replies = completion_texts(self.tokenizer, out.completions,
+                                                 stop_ids(self.model, self.tokenizer))
             self.counts["calls"] += len(todo)
             for key, reply in zip(todo, self.last_replies):
                 value = self.parser(reply)

@@ -32,3 +32,38 @@ def char_sum_scores(prompts, completions, examples):
     """A reward function (reward=function) that varies between samples of any model, untrained ones
     included: the completion's character codes summed, mod 10, over 10."""
     return [(sum(map(ord, c)) % 10) / 10 for c in completions]
+
+
+CHAT_MODEL = dict(hidden_size=64, num_layers=1, num_heads=2, intermediate_size=128, max_position_embeddings=128)
+
+
+def chat_model(path, seed: int = 0):
+    """(policy, tokenizer) of models.synthetic's BPE chat model (head_dim 32: vLLM's CPU attention has a
+    kernel for it), written to `path` and loaded through models.hf like any real folder."""
+    from models.hf import load_hf
+    from models.synthetic import write_qwen_like
+    write_qwen_like(path, seed=seed, tokenizer="bpe", **CHAT_MODEL)
+    return load_hf(str(path), dtype="float32", trust_remote_code=False, activation_checkpointing=False)
+
+
+def force_stop_after(model, trigger: int, stop: int, dim: int = 0, a: float = 20.0, b: float = 4.0) -> None:
+    """Edit a Llama/Qwen2-shaped policy with tied embeddings in place so that `stop` follows `trigger` with
+    probability ≈ 1 (and `trigger` never follows itself), in every engine that runs these weights (vLLM
+    included, which a logits hook cannot reach).
+
+    Hidden dimension `dim` carries the signal: only `trigger` (+a) and `stop` (-b) have an embedding entry
+    there, no layer writes to it (its rows of every o_proj and down_proj are zeroed) and the final norm's
+    weight there is -1. So the residual on `dim` is the current token's entry: after `trigger` it holds
+    `a`, which dominates the RMS (a ≫ the rest), the normalised state is ≈ -√H on `dim` and ≈ 0 elsewhere,
+    and the tied head scores `stop` ≈ b·√H (32 for H = 64), every other token ≈ 0 and `trigger` ≈ -a·√H.
+    After any other token the residual on `dim` is 0 and the logits are the random model's."""
+    import torch
+    decoder = model.get_decoder()
+    with torch.no_grad():
+        embed = decoder.embed_tokens.weight  # [V, H], tied to the LM head
+        embed[:, dim] = 0.0
+        embed[trigger, dim], embed[stop, dim] = a, -b
+        for layer in decoder.layers:
+            layer.self_attn.o_proj.weight[dim] = 0.0
+            layer.mlp.down_proj.weight[dim] = 0.0
+        decoder.norm.weight[dim] = -1.0

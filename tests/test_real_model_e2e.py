@@ -1,14 +1,20 @@
 """`model=hf` through `python train.py` as issue #9 asks: a Qwen2-shaped local folder (random weights,
 a tokenizer of the same vocabulary built in code), GRPO in micro-batches, bfloat16 weights, LoRA with
-the merged model saved, and the next run chaining from that merged folder."""
+the merged model saved, and the next run chaining from that merged folder; and the BPE chat model
+(a turn end that is not the tokenizer's eos) through SFT then GRPO with the chat template."""
 from __future__ import annotations
 
+import csv
 import json
+import random
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from models.bpe import IM_END
 from models.synthetic import write_qwen_like
+from tests.helpers import chat_model, force_stop_after
 from tests.test_train_e2e import train
 
 SMALL = ["algorithm=grpo", "trainer.max_steps=2", "data.prompts_per_round=4", "data.batch_size=16",
@@ -39,3 +45,41 @@ def test_qwen_shaped_grpo_bf16_lora_micro_batches_then_chain_from_the_merged_mod
     proc = train("model=hf", f"model.name_or_path={out / 'policy_merged'}", *SMALL, f"hydra.run.dir={chained}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((chained / "summary.json").read_text())["grpo"]["train/steps"] == 2
+
+
+def write_sums(path, n: int = 48) -> None:
+    """A jsonl task of `a+b=` prompts with their sums."""
+    rng = random.Random(0)
+    pairs = [(rng.randrange(100), rng.randrange(100)) for _ in range(n)]
+    path.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n" for a, b in pairs))
+
+
+def test_bpe_chat_model_sft_then_grpo_stops_at_the_turn_end(tmp_path):
+    """The BPE chat model (models.synthetic, tokenizer="bpe": eos <|endoftext|>, generation config
+    eos [<|im_end|>, <|endoftext|>]) through `python train.py`, SFT then GRPO on a jsonl task with
+    task.chat=true. Its weights make <|im_end|> follow the generation prompt's final "\\n" with
+    probability ≈ ½ (tests.helpers.force_stop_after, b=0.8: e^6.2 ≈ the 499 other tokens' weight), so
+    greedy evaluation ends every turn at step 1 and about half the sampled completions do: a generator
+    that stopped at the tokenizer's eos only would run to generator.max_new_tokens instead."""
+    model_dir, sums = tmp_path / "chat", tmp_path / "sums.jsonl"
+    policy, tok = chat_model(model_dir)
+    force_stop_after(policy, tok.convert_tokens_to_ids("Ċ"), tok.convert_tokens_to_ids(IM_END), b=0.8)
+    policy.save_pretrained(model_dir)
+    write_sums(sums)
+    out = tmp_path / "run"
+    proc = train("model=hf", f"model.name_or_path={model_dir}", "task=jsonl", f"task.train_path={sums}",
+                 "task.chat=true", "task.num_heldout=8", "trainer.max_steps=2", "data.prompts_per_round=4",
+                 "data.batch_size=16", "algorithm.group_size=4", "generator.max_new_tokens=6",
+                 "callbacks.evaluate.num_examples=8", "callbacks.progress.refresh_rate=0", "logger=csv",
+                 "reward=function", "reward.fn._target_=tests.helpers.char_sum_scores", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["sft"]["train/steps"] == summary["grpo"]["train/steps"] == 2
+    assert summary["sft"]["val/response_len_mean"] == summary["grpo"]["val/response_len_mean"] == 1.0
+    rounds = [r for r in csv.DictReader((out / "csv" / "grpo" / "metrics.csv").open()) if r.get("rollout/eos_frac")]
+    assert len(rounds) == 2
+    for r in rounds:  # each completion either ended at a stop id or hit the limit, and some ended
+        assert 0 < float(r["rollout/eos_frac"]) < 1
+        assert float(r["rollout/eos_frac"]) + float(r["rollout/truncated_frac"]) == pytest.approx(1.0)
+    saved = AutoModelForCausalLM.from_pretrained(out / "policy", local_files_only=True)
+    assert saved.generation_config.eos_token_id == policy.generation_config.eos_token_id  # kept for serving

@@ -6,11 +6,12 @@ When training ends it is saved to `algorithm.save_dir` (null: `<run dir>/reward_
 tokenizer, so `AutoModelForSequenceClassification.from_pretrained(dir)` loads it with no project code.
 
 Scoring convention (what a scorer must reproduce): the reward is `logits[:, 0]` read at the last token
-of the completion, with no eos after it: input ids = the prompt encoded as the policy's prompts are
-(bos + text for plain prompts) followed by the completion's tokens, right-padded. For the default
-character tokenizer that is exactly `tokenizer(prompt + completion)`, i.e. `rewards/reward_model.py`
-with template "{prompt}{completion}". `reward_model.json` in the folder records this, and
-`rm_metrics.json` the held-out pair accuracy. The policy itself is not trained in this stage.
+of the completion, with no eos (or other stop id of the policy) after it: input ids = the prompt encoded
+as the policy's prompts are (bos + text for plain prompts) followed by the completion's tokens,
+right-padded. For the default character tokenizer that is exactly `tokenizer(prompt + completion)`,
+i.e. `rewards/reward_model.py` with template "{prompt}{completion}". `reward_model.json` in the folder
+records this, and `rm_metrics.json` the held-out pair accuracy. The policy itself is not trained in this
+stage.
 """
 from __future__ import annotations
 
@@ -23,22 +24,24 @@ import torch
 from transformers import AutoModelForSequenceClassification, PreTrainedModel
 
 from data_modules.preferences import PreferenceBatch, PreferenceDataModule, collate_preferences
+from generators.base import stop_ids
 from losses.preference import ranked_right
 from trainers.base import PolicyModule, is_lora
 
-SCORING = ("input_ids = prompt ids (bos + text) + completion ids without a final eos, right-padded with "
-           "pad_token_id, i.e. tokenizer(prompt + completion); reward = logits[:, 0] (read at the last "
-           "non-pad token)")
+SCORING = ("input_ids = prompt ids (bos + text) + completion ids without a final eos (or other stop id), "
+           "right-padded with pad_token_id, i.e. tokenizer(prompt + completion); reward = logits[:, 0] (read "
+           "at the last non-pad token)")
 
 
-def drop_final_eos(input_ids: torch.Tensor, attention_mask: torch.Tensor, eos_id: int, pad_id: int):
-    """Right-padded [N, L] sequences with a final eos → the same sequences ending one token earlier."""
+def drop_final_stop(input_ids: torch.Tensor, attention_mask: torch.Tensor, stops: torch.Tensor, pad_id: int):
+    """Right-padded [N, L] sequences whose last token is a stop id (`stops` [S]: eos, a chat model's turn
+    end; generators.base.stop_ids) → the same sequences ending one token earlier."""
     ids, mask = input_ids.clone(), attention_mask.clone()
     rows = torch.arange(ids.shape[0], device=ids.device)
     last = mask.sum(-1) - 1
-    ends_eos = ids[rows, last] == eos_id
-    ids[rows[ends_eos], last[ends_eos]] = pad_id
-    mask[rows[ends_eos], last[ends_eos]] = 0
+    ends = torch.isin(ids[rows, last], stops.to(ids.device))
+    ids[rows[ends], last[ends]] = pad_id
+    mask[rows[ends], last[ends]] = 0
     return ids, mask
 
 
@@ -65,8 +68,8 @@ class RewardModelModule(PolicyModule):
     def scores(self, batch: PreferenceBatch) -> torch.Tensor:
         """Scalar rewards [2B] of the batch's 2B sequences through one forward pass."""
         seq = batch.sequences
-        ids, mask = drop_final_eos(seq.input_ids, seq.attention_mask, self.tokenizer.eos_token_id,
-                                   self.tokenizer.pad_token_id)
+        stops = torch.tensor(stop_ids(self.policy, self.tokenizer), dtype=torch.long)
+        ids, mask = drop_final_stop(seq.input_ids, seq.attention_mask, stops, self.tokenizer.pad_token_id)
         return self.reward_model(input_ids=ids, attention_mask=mask).logits[:, 0].float()
 
     def micro_loss(self, batch: PreferenceBatch):

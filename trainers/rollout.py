@@ -127,7 +127,11 @@ class RolloutModule(PolicyModule):
         mask = batch.completion_mask
         per_token, metrics = self.correction(logp, batch.behaviour_logprobs, advantages, mask)
         if self.use_reference:
-            kl = self.kl_fn(logp, batch.ref_logprobs)
+            # Off the completion mask both inputs are 0 (d = 0): a log-prob there, e.g. of the pad after a
+            # stop id, which a chat model may put far below the reference's 0 fill, made k3's exp(-d) inf
+            # and the masked loss inf · 0 = NaN.
+            on = mask.bool()
+            kl = self.kl_fn(torch.where(on, logp, 0.0), torch.where(on, batch.ref_logprobs, 0.0))
             per_token = per_token + self.beta * kl
             metrics["kl"] = masked_mean(kl.detach(), mask)
         metrics["entropy"] = -masked_mean(logp.detach(), mask)

@@ -16,9 +16,13 @@ vllm = pytest.importorskip("vllm")
 import torch  # noqa: E402
 from transformers.generation.logits_process import TopPLogitsWarper  # noqa: E402
 
+from generators.base import stop_ids  # noqa: E402
 from generators.hf import HFGenerator  # noqa: E402
-from generators.vllm import VLLMGenerator, check_vllm_available  # noqa: E402
+from generators.vllm import VLLMGenerator, check_vllm_available, cut_at_stop  # noqa: E402
+from models.bpe import IM_END  # noqa: E402
 from models.tiny import build_tiny  # noqa: E402
+from tests.generators.test_stop_ids import chat_prompts  # noqa: E402
+from tests.helpers import chat_model, force_stop_after  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -176,6 +180,47 @@ def test_provenance_and_install_hint(gen, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(ImportError, match="scripts/install_vllm.sh"):
         check_vllm_available()
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory):
+    """The BPE chat model (turn end <|im_end|>, tokenizer eos <|endoftext|>) with <|im_end|> forced after
+    "The" and "The" after <|im_end|> (tests.helpers.force_stop_after), and an engine of its own."""
+    policy, tok = chat_model(tmp_path_factory.mktemp("chat"))
+    stop, trigger = tok.convert_tokens_to_ids(IM_END), tok.convert_tokens_to_ids("The")
+    force_stop_after(policy, trigger, stop)
+    return policy.eval(), tok, stop, trigger, VLLMGenerator(MAX_NEW, temperature=1.0, top_p=1.0, batch_size=16,
+                                                            **ENGINE)
+
+
+def test_stops_at_the_models_turn_end_not_only_the_tokenizers_eos(chat):
+    """Forced rows end with <|im_end|> at step 1 and 2 (the id kept, its log-prob the policy's), free rows
+    never pass a stop id; greedy equals the HF loop; ignore_eos runs through every stop id."""
+    policy, tok, stop, trigger, gen = chat
+    assert tok.eos_token_id != stop and stop_ids(policy, tok) == [stop, tok.eos_token_id]
+    prompts = chat_prompts(tok, stop, trigger)
+    torch.manual_seed(0)
+    out = gen.sample(policy, tok, prompts)
+    for i in (0, 3):
+        assert out.completions[i] == [stop] and out.completions[i + 1] == [trigger, stop]
+    assert all(len(lp) == len(c) and stop not in c[:-1] and tok.eos_token_id not in c[:-1]
+               for c, lp in zip(out.completions, out.logprobs))
+    assert max_error(out.logprobs, reference_logprobs(policy, prompts, out.completions, 1.0)) < TOL
+    greedy = gen.sample(policy, tok, prompts, greedy=True)
+    hf = HFGenerator(MAX_NEW, temperature=1.0, top_p=1.0, batch_size=16).sample(policy, tok, prompts, greedy=True)
+    assert greedy.completions == hf.completions and greedy.completions[0] == [stop]
+    gen.ignore_eos = True
+    try:
+        full = gen.sample(policy, tok, prompts)
+    finally:
+        gen.ignore_eos = False
+    assert all(len(c) == len(lp) == MAX_NEW for c, lp in zip(full.completions, full.logprobs))
+    assert full.completions[0] == [stop, trigger] * (MAX_NEW // 2)
+
+
+def test_cut_at_stop():
+    assert cut_at_stop([5, 2, 6, 0], [2, 0]) == [5, 2] and cut_at_stop([5, 0, 2], [2, 0]) == [5, 0]
+    assert cut_at_stop([5, 6], [2, 0]) == [5, 6] and cut_at_stop([], [2]) == []
 
 
 def test_config_instantiates_lazily(hydra_conf):

@@ -44,3 +44,25 @@ def test_nan_losses_skip_the_step_and_stop_past_the_limit(tmp_path):
         module.micro_loss = lambda batch: (lambda loss, m: (loss * float("nan"), m))(*real(batch))
     message = fit_with(tmp_path, poison)
     assert "first was a non-finite loss at step 0" in message and "nonfinite.ckpt" in message
+
+
+def test_kl_to_the_reference_ignores_extreme_logprobs_off_the_completion_mask():
+    """A policy can put the pad after a stop id at log-prob -157 (found on the BPE chat model); off the
+    mask the reference log-probs are a 0 fill, so k3's exp(-d) = exp(157) overflowed and inf · 0 made the
+    loss NaN. Off the mask the KL is now 0; on it, k3 as before; loss and gradient finite."""
+    from types import SimpleNamespace
+
+    from losses.correction import no_correction
+    from losses.kl import k3
+    from trainers.rollout import RolloutModule
+
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    logp = torch.tensor([[-0.5, -1.0, -157.0]], requires_grad=True)
+    batch = SimpleNamespace(completion_mask=mask, behaviour_logprobs=torch.tensor([[-0.5, -1.0, 0.0]]),
+                            ref_logprobs=torch.tensor([[-0.7, -1.0, 0.0]]))
+    module = SimpleNamespace(correction=no_correction, use_reference=True, kl_fn=k3, beta=0.1)
+    per_token, metrics = RolloutModule.policy_loss(module, batch, logp, torch.tensor([1.0]))
+    loss = (per_token * mask).sum()
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and logp.grad[0, 2] == 0
+    assert metrics["kl"] == pytest.approx(k3(torch.tensor([-0.5, -1.0]), torch.tensor([-0.7, -1.0])).mean().item())
