@@ -1,4 +1,5 @@
-"""Any Hugging Face causal LM and its tokenizer from a local path (no hub access at run time)."""
+"""Any Hugging Face causal LM and its tokenizer from a local path (no hub access at run time): a model
+folder, or a LoRA run's adapter folder on its local base (models/adapters.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +7,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from models.hf_checks import ModelFolderError, check_folder, check_vocab, load_tokenizer
+from models.adapters import apply_chain, check_mode, continue_adapter
+from models.hf_checks import (ModelFolderError, adapter_chain, check_folder, check_vocab, is_adapter_folder,
+                              load_tokenizer, tokenizer_folder)
 from models.lora import apply_lora
 
 
@@ -32,9 +35,11 @@ def finish_model(model: PreTrainedModel, dtype: str, activation_checkpointing: b
 
 def load_hf(
     name_or_path: str, dtype: str, trust_remote_code: bool, activation_checkpointing: bool,
-    lora: dict | None = None,
+    lora: dict | None = None, adapter: str = "continue",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM + tokenizer from a local directory.
+    """Load a causal LM + tokenizer from a local directory: a full model folder, or a LoRA run's adapter
+    folder (its `policy/`) on its local base model, continued or merged as `adapter` says
+    (models/adapters.py; a judge or reward model node without the key: continue).
 
     A missing pad token gets a dedicated new `<pad>` token (the embedding is resized) instead of
     reusing eos, so that padding never masks the real end of a sequence. Prompts are left-padded for
@@ -42,25 +47,39 @@ def load_hf(
     """
     path = Path(name_or_path)
     config = check_folder(path)  # names the folder and what is missing, truncated or mismatched
-    tokenizer = load_tokenizer(path)
+    check_mode(adapter, lora if is_adapter_folder(path) else None)
+    chain = adapter_chain(path)  # [path] for a full model folder
+    tokenizer = load_tokenizer(tokenizer_folder(chain))
     check_vocab(path, tokenizer, config.get("vocab_size"))
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype={dtype!r}: choose one of {sorted(DTYPES)}")
-    model = _load_weights(path, DTYPES[dtype], trust_remote_code)
+    model = _load_weights(chain[-1], DTYPES[dtype], trust_remote_code)
+    if len(chain) > 1 and len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer))  # the adapter was trained with an added <pad>
+    model = apply_chain(model, chain, adapter)
     check_vocab(path, tokenizer, model.get_input_embeddings().num_embeddings)
+    _set_padding(model, tokenizer)
+    if len(chain) > 1 and adapter == "continue":
+        return continue_adapter(finish_model(model, dtype, activation_checkpointing, None), path), tokenizer
+    return finish_model(model, dtype, activation_checkpointing, lora), tokenizer
+
+
+def _set_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """A distinct pad token (added, embedding resized, if the tokenizer has none); left padding."""
     if tokenizer.pad_token is None:
         tokenizer.add_special_tokens({"pad_token": "<pad>"})
         model.resize_token_embeddings(len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     tokenizer.padding_side = "left"
-    return finish_model(model, dtype, activation_checkpointing, lora), tokenizer
 
 
 def skeleton(name_or_path: str, trust_remote_code: bool) -> PreTrainedModel:
     """The model a folder's config.json describes, on the meta device: its modules and shapes, no
-    weights read or allocated (for checks of settings that depend on the architecture, like LoRA)."""
+    weights read or allocated (for checks of settings that depend on the architecture, like LoRA). An
+    adapter folder: its base model's."""
     from transformers import AutoConfig
+    name_or_path = str(adapter_chain(name_or_path)[-1])
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, local_files_only=True)
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)

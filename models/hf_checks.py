@@ -5,6 +5,7 @@ Checked without loading weights: the folder exists; config.json is there and par
 (model.safetensors, a sharded index and its shards, or pytorch_model.bin) and each safetensors file is
 as long as its header says (a truncated copy is caught here, not mid-load); tokenizer files are there;
 the tokenizer loads, and has no more tokens than the embedding (config.json's vocab_size) has rows.
+A peft adapter folder (a LoRA run's `policy/`) passes when its base model folder does (models/adapters.py).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
                    "sentencepiece.bpe.model")
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+MAX_CHAIN = 16  # adapter folders whose bases are adapter folders
 MAX_HEADER = 100 * 2**20  # safetensors headers are JSON of a few KB to a few MB
 
 
@@ -31,7 +33,7 @@ def check_folder(path: str | Path, key: str = "model.name_or_path") -> dict:
     p = Path(path)
     if not p.is_dir():
         raise ModelFolderMissing(f"{key}={str(path)!r}: no such local directory (nothing is downloaded)")
-    if (p / "adapter_config.json").is_file() and not (p / "config.json").is_file():
+    if is_adapter_folder(p):
         return _check_adapter(p, key)
     config = read_config(p)
     for file in weight_files(p):
@@ -43,22 +45,51 @@ def check_folder(path: str | Path, key: str = "model.name_or_path") -> dict:
     return config
 
 
-def _check_adapter(p: Path, key: str) -> dict:
-    """A peft LoRA folder (adapter_config.json, adapter weights): transformers loads its base model from
-    `base_model_name_or_path`, which must be a complete local folder; returns the base's config.json
-    (without vocab_size)."""
+def is_adapter_folder(p: str | Path) -> bool:
+    """A peft adapter folder (a LoRA run's `policy/`): adapter_config.json and no full model's config.json."""
+    p = Path(p)
+    return (p / "adapter_config.json").is_file() and not (p / "config.json").is_file()
+
+
+def adapter_base(p: str | Path, key: str = "model.name_or_path") -> Path:
+    """The base model folder an adapter folder names (`base_model_name_or_path`); ModelFolderError naming
+    `key`, the adapter folder and the base when that is not a local folder (nothing is downloaded)."""
+    p = Path(p)
     try:
         base = json.loads((p / "adapter_config.json").read_text()).get("base_model_name_or_path")
     except (ValueError, AttributeError):
         raise ModelFolderError(f"{p}/adapter_config.json: not valid JSON") from None
     if not base or not Path(base).is_dir():
-        raise ModelFolderError(f"{p}: a LoRA adapter whose base model ({base!r}) is not a local folder: point "
-                               f"{key} at the merged model (model.lora.save_merged=true writes policy_merged/) "
-                               f"or at the base model")
-    for name in ("adapter_model.safetensors",):
-        if (p / name).is_file():
-            check_weights_file(p / name)
-    config = dict(check_folder(base, f"{p}/adapter_config.json base_model_name_or_path"))
+        raise ModelFolderError(f"{key}={str(p)!r}: a LoRA adapter whose base model is not a local folder "
+                               f"({p}/adapter_config.json base_model_name_or_path={base!r}; nothing is "
+                               f"downloaded): copy the base model to that path, or point {key} at a merged "
+                               f"model (model.lora.save_merged=true writes policy_merged/) or at the base model")
+    return Path(base)
+
+
+def adapter_chain(p: str | Path, key: str = "model.name_or_path") -> list[Path]:
+    """[p, its base, its base's base, …] down to the first folder that is not an adapter folder (the
+    last; [p] for a full model folder). A base may itself be an adapter folder: a run started from one
+    with model.adapter=merge and a fresh model.lora saves its adapter with that folder as its base."""
+    chain = [Path(p)]
+    while is_adapter_folder(chain[-1]):
+        if len(chain) > MAX_CHAIN:
+            raise ModelFolderError(f"{key}={str(p)!r}: more than {MAX_CHAIN} adapter folders chained by "
+                                   f"base_model_name_or_path (a cycle?)")
+        chain.append(adapter_base(chain[-1], key if len(chain) == 1 else
+                                  f"{chain[-2]}/adapter_config.json base_model_name_or_path"))
+    return chain
+
+
+def _check_adapter(p: Path, key: str) -> dict:
+    """A peft LoRA folder (adapter_config.json, adapter weights): models/adapters.py loads the base model
+    named by `base_model_name_or_path`, which must be a complete local folder (or another adapter folder);
+    returns the base's config.json (without vocab_size)."""
+    chain = adapter_chain(p, key)
+    for adapter in chain[:-1]:
+        if (adapter / "adapter_model.safetensors").is_file():
+            check_weights_file(adapter / "adapter_model.safetensors")
+    config = dict(check_folder(chain[-1], f"{chain[-2]}/adapter_config.json base_model_name_or_path"))
     config.pop("vocab_size", None)  # the adapter may carry resized embeddings: checked once loaded
     return config
 
@@ -132,6 +163,12 @@ def context_length(config: dict) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+def tokenizer_folder(chain: list[Path]) -> Path:
+    """The first folder of an `adapter_chain` that holds tokenizer files (a LoRA run saves its tokenizer
+    beside the adapter), else its base model folder."""
+    return next((p for p in chain if any((p / name).is_file() for name in TOKENIZER_FILES)), chain[-1])
 
 
 def load_tokenizer(p: str | Path):

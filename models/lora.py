@@ -4,7 +4,8 @@ the base model with the adapter disabled as their reference (no copy of the weig
     python train.py algorithm=dpo 'model.lora={r: 8, lora_alpha: 16, target_modules: all-linear}'
 
 Any `peft.LoraConfig` field may be given; task_type is CAUSAL_LM. train.py saves a LoRA policy as peft
-does (adapter_config.json + adapter weights), loadable with peft on top of the base model; with
+does (adapter_config.json + adapter weights), loadable with peft on top of the base model and by the
+next run as `model.name_or_path` (continued or merged: `model.adapter`, models/adapters.py); with
 `save_merged: true` (not a LoraConfig field) it also saves the merged model in `policy_merged/`, a plain
 transformers folder that the next run can load with `model=hf model.name_or_path=<run>/policy_merged`.
 """

@@ -90,6 +90,9 @@ def _base_model(model: dict, folder: Path) -> str:
     target = str(model.get("_target_", ""))
     if model.get("name_or_path") not in (None, "???"):
         lines.append(f"- `{model['name_or_path']}` (`model={_short(target)}`, dtype {model.get('dtype', '?')})")
+        if (Path(str(model["name_or_path"])) / "adapter_config.json").is_file():  # a LoRA run's policy/
+            lines.append(f"- a LoRA adapter on its base model, loaded with `model.adapter="
+                         f"{model.get('adapter', 'continue')}` (docs/real_models.md)")
     elif target.endswith("build_tiny"):
         sizes = ", ".join(f"{label} {model[k]}" for k, label in TINY_KEYS.items() if k in model)
         lines.append(f"- the embedded tiny Llama built in code (`{target}`, random initial weights, "

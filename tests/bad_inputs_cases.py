@@ -94,6 +94,13 @@ def adapter_of_a_hub_model(p: Path) -> None:
     (p / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-0.5B"}))
 
 
+def adapter_on_a_local_base(folder: Path) -> None:
+    """DIR/base: the tiny model; DIR/m: an adapter folder naming it as its base (no weights needed to plan)."""
+    model_folder("base")(folder)
+    (folder / "m").mkdir()
+    (folder / "m" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(folder / "base")}))
+
+
 def write_over(name: str, content: str):
     return lambda p: (p / name).write_text(content)
 
@@ -341,9 +348,18 @@ CASES: list[Case] = [
       "error: stage sft: DIR/m: model.safetensors.index.json names 1 missing shard(s): "
       "model-00002-of-00002.safetensors", setup=model_folder("m", sharded_with_a_missing_shard)),
     C("adapter-hub-base", "a LoRA adapter folder whose base model is not local", HF + ("model.name_or_path=DIR/m",),
-      "error: stage sft: DIR/m: a LoRA adapter whose base model ('Qwen/Qwen2.5-0.5B') is not a local folder: point "
-      "model.name_or_path at the merged model (model.lora.save_merged=true writes policy_merged/) or at the base model",
-      setup=model_folder("m", adapter_of_a_hub_model)),
+      "error: stage sft: model.name_or_path='DIR/m': a LoRA adapter whose base model is not a local folder "
+      "(DIR/m/adapter_config.json base_model_name_or_path='Qwen/Qwen2.5-0.5B'; nothing is downloaded): copy the "
+      "base model to that path, or point model.name_or_path at a merged model (model.lora.save_merged=true writes "
+      "policy_merged/) or at the base model", setup=model_folder("m", adapter_of_a_hub_model)),
+    C("adapter-continue-with-lora", "a second LoRA adapter on one that continues",
+      HF + ("model.name_or_path=DIR/m", "model.lora={r: 4, target_modules: all-linear}"),
+      "error: stage sft: model.lora with model.adapter=continue: DIR/m is a LoRA adapter, which this run keeps "
+      "training (with its own settings); one adapter trains at a time: drop model.lora, or set model.adapter=merge "
+      "(the adapter is merged into the base, then model.lora adds a fresh one)", setup=adapter_on_a_local_base),
+    C("adapter-mode", "an unknown model.adapter", HF + ("model.name_or_path=DIR/m", "model.adapter=copy"),
+      "error: stage sft: model.adapter='copy': choose one of continue, merge (how a LoRA run's policy/ given as "
+      "model.name_or_path is loaded)", setup=model_folder("m")),
     C("vocab-exceeds-embedding", "a tokenizer larger than the embedding", HF + ("model.name_or_path=DIR/m",),
       "error: DIR/m: the tokenizer has 150 tokens but the model's embedding has 100 rows (config.json vocab_size): "
       "ids ≥ 100 index past it; use the tokenizer saved with these weights",

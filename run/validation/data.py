@@ -49,13 +49,15 @@ def plan_tokenizer(cfg: DictConfig, cache: dict):
         return (cache["tiny"], cfg.model.max_position_embeddings, "model.max_position_embeddings",
                 "model=tiny's character tokenizer")
     if target == "models.hf.load_hf":
-        from models.hf_checks import check_folder, check_vocab, context_length, load_tokenizer
+        from models.hf_checks import (adapter_chain, check_folder, check_vocab, context_length, load_tokenizer,
+                                      tokenizer_folder)
         path = str(cfg.model.name_or_path)
         if path not in cache:
             config = check_folder(path)
-            tok = load_tokenizer(path)
+            chain = adapter_chain(path)  # [path], or an adapter folder down to its base model
+            tok = load_tokenizer(tokenizer_folder(chain))
             check_vocab(path, tok, config.get("vocab_size"))
-            context, source = context_length(config), f"{path}/config.json"
+            context, source = context_length(config), f"{chain[-1]}/config.json"
             limit = tok.model_max_length  # transformers' "unset" is ~1e30
             if limit and limit < 10**8 and (context is None or limit < context):
                 context, source = limit, f"the model_max_length of {path}'s tokenizer"

@@ -1,7 +1,8 @@
 """Checks of the `model` group's settings that depend on the architecture, made on a skeleton of the
 model on the meta device (modules and shapes: no weights read or allocated, no factory called): a LoRA
-adapter's fields and target modules (`model.lora`) are refused here, before anything is written, rather
-than after the model is built."""
+adapter's fields and target modules (`model.lora`), and `model.adapter` (how a LoRA run's adapter folder
+given as model.name_or_path is loaded), are refused here, before anything is written, rather than after
+the model is built."""
 from __future__ import annotations
 
 import torch
@@ -12,12 +13,30 @@ from run.validation.values import raw
 
 def check_lora(cfg: DictConfig, errors: list[str]) -> None:
     lora = raw(cfg, "model.lora")
-    if not lora:
+    if check_adapter(cfg, errors) or not lora:
         return
     from models.lora import lora_problems
     model = _skeleton(cfg.model)
     if model is not None:  # another factory's model is checked when it is built
         errors.extend(lora_problems(model, lora))
+
+
+def check_adapter(cfg: DictConfig, errors: list[str]) -> bool:
+    """model.adapter (model=hf) is a mode of models/adapters.py; with `continue` and an adapter folder as
+    model.name_or_path, model.lora (a second adapter) is refused. Whether an error was added."""
+    if raw(cfg, "model._target_") != "models.hf.load_hf":
+        return False
+    from models.adapters import ADAPTER_MODES, conflict_message
+    from models.hf_checks import is_adapter_folder
+    mode, path = raw(cfg, "model.adapter") or "continue", raw(cfg, "model.name_or_path")
+    if mode not in ADAPTER_MODES:
+        errors.append(f"model.adapter={mode!r}: choose one of {', '.join(ADAPTER_MODES)} (how a LoRA run's "
+                      f"policy/ given as model.name_or_path is loaded)")
+        return True
+    if mode == "continue" and raw(cfg, "model.lora") and isinstance(path, str) and is_adapter_folder(path):
+        errors.append(conflict_message(path))
+        return True
+    return False
 
 
 def _skeleton(node: DictConfig):
