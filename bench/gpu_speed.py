@@ -16,7 +16,7 @@ tokenizer padded to 151,936 tokens (models/tokenizer.py), as bench/workloads/pre
    every call). MFU = 2 × params × (prompt + generated tokens of every sequence) / seconds / peak.
 2. GRPO (16 prompts × 8, 128 new tokens, β 0.04; generator=hf and generator=vllm) and DPO (32 pairs, a
    reference copy) end to end through `python train.py` (bench/workloads/policyshift_side.py's overrides,
-   + hardware=gpu model.dtype=bfloat16), timed by bench/workloads/ps_timer.py's StepTimer: 6 steps, the
+   + hardware=gpu trainer.precision=bf16-mixed: float32 weights, bf16 compute), timed by bench/workloads/ps_timer.py's StepTimer: 6 steps, the
    median of the last 4. s/step; GRPO generated tokens/s; MFU of the train step = 6 × params × trained
    tokens per step (summary.json cost/trained_tokens / steps) / the median train_step seconds (the
    reference forward and the GRPO annotation are not counted as work).
@@ -290,7 +290,7 @@ def main() -> None:
     grpo = Workload("grpo", "grpo", batch=s["grpo_prompts"], group=s["grpo_group"], beta=0.04,
                     max_new_tokens=s["grpo_tokens"], **base)
     dpo = Workload("dpo", "dpo", batch=s["dpo_pairs"], **base)
-    common = [f"hardware={'gpu' if mode == 'gpu' else 'cpu'}", "model.dtype=bfloat16",
+    common = [f"hardware={'gpu' if mode == 'gpu' else 'cpu'}", "model.dtype=float32", "trainer.precision=bf16-mixed",
               "callbacks.progress.refresh_rate=0"]
     hf_gen = ["generator=hf", "generator.ignore_eos=true"]
     vllm_gen = ["generator=vllm", "generator.ignore_eos=true", f"generator.kv_cache_memory_bytes={4 << 30}",

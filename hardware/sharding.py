@@ -10,6 +10,11 @@ evaluation) run inside `full_weights`: every unit is gathered once, on every ran
 gathered until the pass ends, so those passes make no collective calls and ranks may take different
 numbers of steps. That is the one full copy a rank holds, for as long as FSDP itself would need it to
 generate; with one process, or without FSDP, `full_weights` does nothing.
+
+Mixed precision (`trainer.precision=bf16-mixed`): every unit gets FSDP2's `MixedPrecisionPolicy(param_dtype=
+bfloat16, reduce_dtype=float32)`: the sharded parameters, which the optimizer updates, stay float32 (the
+master weights, and AdamW's state with them); each unit is gathered in bfloat16 for its forward and
+backward, and gradients are reduce-scattered in float32 into the float32 shards.
 """
 from __future__ import annotations
 
@@ -39,23 +44,34 @@ def block_classes(model: torch.nn.Module) -> set[str]:
     return names
 
 
-def shard_model(model: torch.nn.Module, mesh) -> torch.nn.Module:
-    """`fully_shard` each decoder block, then the root, over `mesh` (in place; a sharded model as is)."""
+def mixed_precision(precision) -> dict:
+    """fully_shard's keyword arguments for Lightning's `precision`: under "bf16-mixed" a MixedPrecisionPolicy
+    that computes in bfloat16 over float32 shards and reduces gradients in float32; otherwise none (FSDP
+    computes in the parameters' own dtype)."""
+    if str(precision) != "bf16-mixed":
+        return {}
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    return {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
+
+
+def shard_model(model: torch.nn.Module, mesh, precision=None) -> torch.nn.Module:
+    """`fully_shard` each decoder block, then the root, over `mesh` (in place; a sharded model as is),
+    with the mixed precision policy of Lightning's `precision` (`mixed_precision`)."""
     from torch.distributed.fsdp import fully_shard
     if is_sharded(model):
         return model
-    names = block_classes(model)
+    names, kwargs = block_classes(model), mixed_precision(precision)
     for module in list(model.modules()):
         if type(module).__name__ in names:
-            fully_shard(module, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+            fully_shard(module, mesh=mesh, **kwargs)
+    fully_shard(model, mesh=mesh, **kwargs)
     return model
 
 
-def fully_shard_module(module: torch.nn.Module, mesh) -> torch.nn.Module:
+def fully_shard_module(module: torch.nn.Module, mesh, precision=None) -> torch.nn.Module:
     """One FSDP unit for a small module with its own weights (PPO's value head)."""
     from torch.distributed.fsdp import fully_shard
-    return module if is_sharded(module) else fully_shard(module, mesh=mesh)
+    return module if is_sharded(module) else fully_shard(module, mesh=mesh, **mixed_precision(precision))
 
 
 def full_state_dict(model: torch.nn.Module) -> dict:

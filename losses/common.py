@@ -49,6 +49,8 @@ def head_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, tempe
     vocab = head.weight.shape[0] if head is not None else flat.shape[-1]
     if _plain_linear(head):  # one reused logits buffer and one weight-gradient buffer: the fused path
         rows = max(1, chunk_elements // vocab)
+        if flat.dtype != head.weight.dtype:  # e.g. a norm's float32 output before a 16-bit head
+            flat = flat.to(head.weight.dtype)
         return linear_token_logprobs(flat, head.weight, tgt, temperature, rows, keep_elements).view(shape)
     fn = (lambda h, t: _chunk_logprobs(head(h), t, temperature)) if head is not None else (
         lambda h, t: _chunk_logprobs(h, t, temperature))

@@ -3,11 +3,14 @@ the base model with the adapter disabled as their reference (no copy of the weig
 
     python train.py algorithm=dpo 'model.lora={r: 8, lora_alpha: 16, target_modules: all-linear}'
 
-Any `peft.LoraConfig` field may be given; task_type is CAUSAL_LM. train.py saves a LoRA policy as peft
-does (adapter_config.json + adapter weights), loadable with peft on top of the base model and by the
-next run as `model.name_or_path` (continued or merged: `model.adapter`, models/adapters.py); with
-`save_merged: true` (not a LoraConfig field) it also saves the merged model in `policy_merged/`, a plain
-transformers folder that the next run can load with `model=hf model.name_or_path=<run>/policy_merged`.
+Any `peft.LoraConfig` field may be given; task_type is CAUSAL_LM. The adapter's weights are float32 even
+over a bfloat16/float16 base (`model.dtype`): the frozen base may be 16-bit, what trains is not.
+
+train.py saves a LoRA policy as peft does (adapter_config.json + adapter weights, float32), loadable with
+peft on top of the base model and by the next run as `model.name_or_path` (continued or merged:
+`model.adapter`, models/adapters.py); with `save_merged: true` (not a LoraConfig field) it also saves the
+merged model (in the base's dtype) in `policy_merged/`, a plain transformers folder that the next run can
+load with `model=hf model.name_or_path=<run>/policy_merged`.
 """
 from __future__ import annotations
 
@@ -32,7 +35,17 @@ def apply_lora(model: PreTrainedModel, lora: Mapping | None) -> PreTrainedModel:
         config = LoraConfig(task_type=TaskType.CAUSAL_LM, **fields)
     except TypeError as e:
         raise ValueError(f"model.lora={fields}: not a peft LoraConfig ({e})") from None
-    return get_peft_model(model, config)
+    return float32_adapter(get_peft_model(model, config, autocast_adapter_dtype=True))
+
+
+def float32_adapter(model: PreTrainedModel) -> PreTrainedModel:
+    """`model` with its LoRA weights (the trainable `lora_` parameters) in float32 whatever the base's dtype:
+    over a bfloat16/float16 base they are the master weights, and a small update would round away in 16
+    bits (peft casts its adapter layers' inputs to the adapter's dtype and the result back)."""
+    for name, param in model.named_parameters():
+        if "lora_" in name and param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
+    return model
 
 
 def lora_problems(model: PreTrainedModel, lora: Mapping) -> list[str]:

@@ -215,6 +215,10 @@ CASES: list[Case] = [
       "gradient-accumulation steps)"),
     C("dtype", "an unknown weight dtype", ("model.dtype=float8",),
       "error: stage sft: model.dtype='float8': choose float32, bfloat16 or float16"),
+    C("bf16-weights", "16-bit trainable weights (no float32 master copy)", ("model.dtype=bfloat16",),
+      "error: stage sft: model.dtype=bfloat16 trains bfloat16 weights with no float32 master copy (small updates "
+      "round away): use model.dtype=float32 trainer.precision=bf16-mixed (float32 weights and optimizer state, "
+      "bf16 compute), or a LoRA adapter (model.lora) over the bfloat16 base"),
     C("bool-key", "a yes/no key given a word", ("model.activation_checkpointing=maybe",),
       "error: stage sft: model.activation_checkpointing='maybe' must be true or false"),
     C("grad-norm-negative", "a negative clipping norm", ("algorithm.max_grad_norm=-1",),

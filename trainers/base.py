@@ -74,18 +74,19 @@ class PolicyModule(L.LightningModule):
 
     def configure_model(self) -> None:
         """hardware=fsdp (ModelParallelStrategy gives a device mesh): FSDP2 over the data-parallel ranks for
-        the policy, the frozen reference, and any other module with trainable weights (a value head)."""
+        the policy, the frozen reference, and any other module with trainable weights (a value head); under
+        trainer.precision=bf16-mixed with bf16 compute over float32 shards (hardware/sharding.py)."""
         mesh = getattr(self, "device_mesh", None)
         if mesh is None:
             return
-        dp = mesh["data_parallel"]
+        dp, precision = mesh["data_parallel"], self._trainer.precision if self._trainer is not None else None
         for model in (self.policy, getattr(self, "reference", None)):
             if model is not None:
-                shard_model(model, dp)
+                shard_model(model, dp, precision)
         for name, child in self.named_children():
             if child is not self.policy and any(p.requires_grad and not hasattr(p, "placements")
                                                 for p in child.parameters()):
-                fully_shard_module(child, dp)
+                fully_shard_module(child, dp, precision)
 
     def training_step(self, batch, batch_idx: int):
         micros = batch.split(self.micro_batch_size or len(batch))
@@ -161,11 +162,19 @@ class PolicyModule(L.LightningModule):
         for lo in range(0, len(records), size):
             yield records[lo: lo + size], collate_fn(records[lo: lo + size]).to(self.device)
 
+    def precision_context(self):
+        """The trainer's forward precision (bf16-mixed: autocast) for forwards outside training_step, so
+        that annotated log-probs are computed as the training forward computes them."""
+        return self.trainer.precision_plugin.forward_context() if self._trainer is not None else nullcontext()
+
     @torch.no_grad()
     def frozen_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> list[list[float]]:
-        """Completion-token log-probs of a frozen model, one list per record (for annotation)."""
+        """Completion-token log-probs of a frozen model, one list per record (for annotation), at the
+        trainer's precision (`precision_context`)."""
         batch = batch.to(self.device)
-        lp, mask = self.sequence_logprobs(model, batch), batch.completion_mask.bool()
+        with self.precision_context():
+            lp = self.sequence_logprobs(model, batch)
+        mask = batch.completion_mask.bool()
         flat, counts = lp[mask].tolist(), mask.sum(-1).tolist()  # one device-to-host copy of the values
         ends = list(itertools.accumulate(counts))
         return [flat[end - n: end] for end, n in zip(ends, counts)]

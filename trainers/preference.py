@@ -10,8 +10,6 @@ The reference (DESIGN §8) is, in order of preference:
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import torch
 
 from data_modules.preferences import PreferenceBatch, PreferenceDataModule, collate_preferences
@@ -64,8 +62,7 @@ class PreferenceModule(PolicyModule):
         """Store reference log-probs on every record that lacks them (no-grad, in chunks, at the
         trainer's precision so cached and on-the-fly values agree)."""
         todo = [r for r in records if None in r.ref_logps]
-        precision = self.trainer.precision_plugin.forward_context() if self._trainer is not None else nullcontext()
-        with precision:
+        with self.precision_context():
             for chunk, batch in self.annotation_batches(todo, self.collate):
                 lp, n = self.reference_forward(batch), len(chunk)
                 for r, first, second in zip(chunk, lp[:n].tolist(), lp[n:].tolist()):

@@ -11,7 +11,7 @@ from omegaconf.errors import InterpolationResolutionError, InterpolationToMissin
 from models.hf_checks import ModelFolderError, check_folder
 from run.errors import ConfigError
 from run.validation.hardware import check_hardware, check_ranks
-from run.validation.model import check_lora
+from run.validation.model import check_lora, check_precision
 from run.validation.moved import check_moved_targets
 from run.validation.values import check_values, is_int, is_number, raw
 
@@ -182,7 +182,8 @@ def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[st
 
 
 CHECKS = (_check_numbers, _check_rounds, _check_replay, _check_files, _check_memory_keys, _check_generator,
-          _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora)
+          _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora,
+          check_precision)
 
 
 def validate(cfg: DictConfig, stage: str) -> None:

@@ -2,7 +2,9 @@
 model on the meta device (modules and shapes: no weights read or allocated, no factory called): a LoRA
 adapter's fields and target modules (`model.lora`), and `model.adapter` (how a LoRA run's adapter folder
 given as model.name_or_path is loaded), are refused here, before anything is written, rather than after
-the model is built."""
+the model is built. And the precision of what trains (`check_precision`): the trainable weights and the
+optimizer's state stay float32; 16 bits is for the compute (`trainer.precision=bf16-mixed`) and for a
+LoRA adapter's frozen base."""
 from __future__ import annotations
 
 import torch
@@ -37,6 +39,31 @@ def check_adapter(cfg: DictConfig, errors: list[str]) -> bool:
         errors.append(conflict_message(path))
         return True
     return False
+
+
+MIXED = "model.dtype=float32 trainer.precision=bf16-mixed"
+LOW_PRECISION_WEIGHTS = ("bfloat16", "float16")
+TRUE_LOW_PRECISION = ("bf16-true", "16-true")
+
+
+def check_precision(cfg: DictConfig, errors: list[str]) -> None:
+    """Refuse 16-bit trainable weights: AdamW on bfloat16 weights has no float32 master copy, and an update
+    below a weight's 16-bit resolution (lr 1e-6 on weights near 0.02) rounds away, silently. A 16-bit frozen
+    base under a LoRA adapter is fine (models/lora.py keeps the adapter float32). hardware=fsdp
+    (ModelParallelStrategy) takes 32-true or bf16-mixed only."""
+    dtype, precision = raw(cfg, "model.dtype"), raw(cfg, "trainer.precision")
+    if dtype in LOW_PRECISION_WEIGHTS and not raw(cfg, "model.lora"):
+        errors.append(f"model.dtype={dtype} trains {dtype} weights with no float32 master copy (small updates "
+                      f"round away): use {MIXED} (float32 weights and optimizer state, bf16 compute), or a "
+                      f"LoRA adapter (model.lora) over the {dtype} base")
+    if str(precision) in TRUE_LOW_PRECISION:
+        errors.append(f"trainer.precision={precision} casts the trainable weights to 16 bits (small updates round "
+                      f"away): use {MIXED}")
+    target = raw(cfg, "trainer.strategy._target_")
+    fsdp = isinstance(target, str) and target.endswith("ModelParallelStrategy")
+    if fsdp and str(precision) in ("16-mixed", "16"):
+        errors.append(f"hardware=fsdp with trainer.precision={precision}: Lightning's ModelParallelStrategy has no "
+                      f"fp16 loss scaling; use trainer.precision=bf16-mixed")
 
 
 def _skeleton(node: DictConfig):
