@@ -1,6 +1,21 @@
 """What makes a stage resumable beyond Lightning's own checkpoint: atomic writes, RNG states, and a
 checkpoint on SIGTERM/SIGINT.
 
+What checkpoints/<stage>/ holds (sizes for a policy of P bytes, Adam):
+- `last.ckpt` (a link to the newest `epoch=N-step=M.ckpt`, written every `checkpoint_every_n_rounds`
+  rounds, or itself on a signal): everything a resume needs: the module's trainable weights (policy,
+  a PPO critic, a reward model's head), optimizer and scheduler, loops, data module with its buffer,
+  callback state, RNG states; about 3·P. Not the frozen reference (trainers/base.py): it is the
+  stage's starting policy, and a resumed stage builds it again exactly as the stage first did: from
+  the model config (a seeded init or `model.name_or_path`, which must not change between the kill and
+  the resume) for the first stage, from the previous stage's final.ckpt for a later one. With LoRA the
+  reference is the base with the adapter disabled: nothing to save. Online DPO's refreshed reference
+  (`algorithm.ref_update_every`) is no longer the starting policy: from its first refresh on it is
+  kept in the checkpoint (`reference.*`, one P more), the simplest exact resume.
+- `final.ckpt` (the stage's end): weights only (`weights_only=True`: no optimizer, scheduler or
+  callback state, no reference), about P: all a resume needs of a finished stage (its policy, for the
+  next stage: run/stages.py `load_finished_policy`).
+
 - `AtomicCheckpointIO` writes every checkpoint to a temporary file beside its target, fsyncs it and
   renames it into place: a kill or a full disk mid-write leaves the previous checkpoint as it was, and
   the error names the file that could not be written.

@@ -184,7 +184,8 @@ def checkpoint_dir(stage: Stage) -> Path:
 
 
 def load_finished_policy(stage: Stage):
-    """(policy, tokenizer) as a finished stage left them: its final.ckpt's policy weights (for resume)."""
+    """(policy, tokenizer) as a finished stage left them: its final.ckpt's policy weights (for resume;
+    a weights-only checkpoint, run/checkpointing.py)."""
     path = checkpoint_dir(stage) / "final.ckpt"
     if not path.is_file():
         raise ConfigError(f"resume: stage {stage.name!r} is in summary.json but {path} is missing")
@@ -197,7 +198,7 @@ def load_finished_policy(stage: Stage):
 def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None):
     """Build everything for one stage and fit it (from `ckpt_path` when resuming: weights, optimizer,
     scheduler, data position, buffer, callback state, RNG states); returns (policy, tokenizer, summary
-    metrics). The final state goes to checkpoints/<stage>/final.ckpt, so a resumed run can skip this
+    metrics). The final weights go to checkpoints/<stage>/final.ckpt, so a resumed run can skip this
     stage. SIGTERM/SIGINT during training write checkpoints/<stage>/last.ckpt and raise RunInterrupted."""
     cfg, start = stage.cfg, time.perf_counter()
     if world_size_of(cfg.trainer) > 1 and not launched():  # never Lightning's own launcher (sys.argv replay)
@@ -216,7 +217,7 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
                         default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if trainer.checkpoint_callback is not None:
-        trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt", weights_only=False)
+        trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt", weights_only=True)  # no optimizer
     metrics = {"train/steps": trainer.global_step, "wall_seconds": time.perf_counter() - start}
     for cb in callbacks:
         if hasattr(cb, "summary"):  # ResumeState's: the train/* values a resumed fit started with

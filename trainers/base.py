@@ -1,6 +1,6 @@
 """Shared by every algorithm: the optimizer step over micro-batches, the policy forward and token
-log-probs in bounded memory, the reference policy, optimizer/scheduler from config, batch transfer, and
-the non-finite-loss guard.
+log-probs in bounded memory, the reference policy (kept out of checkpoints), optimizer/scheduler from
+config, batch transfer, and the non-finite-loss guard.
 
 One `training_step` is one optimizer step on `data.batch_size` records, computed in micro-batches of
 `data.micro_batch_size` with gradient accumulation (Lightning's manual optimization, so the progress
@@ -25,6 +25,9 @@ from hardware import distributed
 from hardware.sharding import fully_shard_module, is_sharded, local_shard, reshard, shard_model
 from models.forward import sequence_token_logprobs
 from trainers import step_log
+
+
+REFERENCE = "reference."  # the frozen reference's keys in the module's state dict
 
 
 class NonFiniteLossError(RuntimeError):
@@ -223,6 +226,39 @@ class PolicyModule(L.LightningModule):
         folder = Path(getattr(ckpt, "dirpath", None) or self.trainer.default_root_dir)
         self.trainer.save_checkpoint(folder / name, weights_only=False)
         return folder / name
+
+    # ---- checkpoints: the frozen reference stays out ----------------------------------------------
+    def reference_in_checkpoint(self) -> bool:
+        """Whether resume checkpoints carry the frozen reference (`reference.*`). No by default: it is
+        the stage's starting policy, built again with the module on resume (from the model config, or
+        the previous stage's final weights), so it would only double every checkpoint."""
+        return False
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Drop `reference.*` from the checkpoint's weights, unless `reference_in_checkpoint`; a
+        weights-only checkpoint (no optimizer state: final.ckpt) never resumes training, so never keeps it."""
+        resumable = "optimizer_states" in checkpoint
+        if not (resumable and self.reference_in_checkpoint()):
+            state = checkpoint["state_dict"]
+            for key in [k for k in state if k.startswith(REFERENCE)]:
+                del state[key]
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """As nn.Module's, except that a state without `reference.*` keeps the reference as built (the
+        stage's starting policy); any other key missing or unexpected still fails when `strict`."""
+        result = super().load_state_dict(state_dict, strict=False, assign=assign)
+        missing = [k for k in result.missing_keys if not k.startswith(REFERENCE)]
+        if strict and (missing or result.unexpected_keys):
+            raise RuntimeError(f"loading {type(self).__name__}'s weights: missing keys {missing[:5]}"
+                               f"{' …' if len(missing) > 5 else ''}, unexpected keys {result.unexpected_keys[:5]}")
+        return result
+
+    @property
+    def strict_loading(self) -> bool:
+        """Under FSDP2 Lightning loads a resume checkpoint parameter by parameter before any hook, strictly
+        only if this is true, and never through `load_state_dict`: false there, so that a reference absent
+        from the checkpoint keeps the weights it was built with (a missing policy key goes unnoticed there)."""
+        return not is_sharded(self.policy)
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, ExperienceBatch) else super().transfer_batch_to_device(

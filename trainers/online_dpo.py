@@ -14,8 +14,10 @@ current policy's weights, in place (`ref_update_alpha` < 1: TR-DPO's soft update
 (1 − α)·ref). So round K·n's pairs, and all pairs up to round K·(n+1) − 1, are scored against the policy
 as it was after K·n rounds of training. Pairs made before a refresh keep the reference log-probs they
 were cached with (a round that kept nothing serves the previous round's pairs again). The refresh count
-and round are checkpointed; the reference weights are in the checkpoint's state dict (`reference.*`),
-so a resumed run continues with the refreshed reference and refreshes on the same rounds.
+and round are checkpointed. Once refreshed (and only then: see PolicyModule.reference_in_checkpoint)
+the reference's weights are in every resume checkpoint's state dict (`reference.*`), so a resumed run
+continues with the refreshed reference and refreshes on the same rounds; before the first refresh it is
+the stage's starting policy, built again on resume.
 """
 from __future__ import annotations
 
@@ -97,9 +99,15 @@ class OnlineDPOModule(DPOModule):
     def log_step(self, batch, loss, metrics, extra=None):
         return super().log_step(batch, loss, metrics, (extra or {}) | {"train/ref_updates": float(self.ref_updates)})
 
+    def reference_in_checkpoint(self) -> bool:
+        """Refreshed, the reference is no longer the stage's starting policy: keep it in the checkpoint."""
+        return self.ref_updates > 0
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
         checkpoint["reference_refresh"] = {"updates": self.ref_updates, "round": self.ref_updated_round}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
         state = checkpoint.get("reference_refresh", {})  # a checkpoint from before the refresh existed
         self.ref_updates, self.ref_updated_round = state.get("updates", 0), state.get("round", -1)

@@ -99,6 +99,9 @@ def test_without_refresh_the_reference_is_the_initial_policy(hydra_conf, tmp_pat
     assert not same(weights(module.policy), run["initial"])  # trained
     assert same(weights(module.reference), run["initial"])
     assert run["trainer"].callback_metrics["train/ref_updates"] == 0
+    run["trainer"].save_checkpoint(tmp_path / "last.ckpt")  # the starting policy: built again on resume
+    state = torch.load(tmp_path / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    assert state and not any(k.startswith("reference.") for k in state)
 
 
 def test_a_refreshed_rounds_pairs_carry_the_policys_log_probs_at_the_refresh(hydra_conf, tmp_path):
@@ -121,6 +124,10 @@ def test_the_refresh_is_restored_from_a_checkpoint(hydra_conf, tmp_path):
     path = tmp_path / "last.ckpt"
     run["trainer"].save_checkpoint(path)
     ckpt = torch.load(path, map_location="cpu", weights_only=True)  # as Lightning loads a resume checkpoint
+    assert any(k.startswith("reference.") for k in ckpt["state_dict"])  # refreshed: kept (run/checkpointing.py)
+    run["trainer"].save_checkpoint(tmp_path / "final.ckpt", weights_only=True)  # never resumed: not kept
+    final = torch.load(tmp_path / "final.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    assert final and not any(k.startswith("reference.") for k in final)
     cfg = hydra_conf(["algorithm=online_dpo", *SMALL, "algorithm.ref_update_every=1"])
     policy, tok = instantiate(cfg.model)
     fresh = build(cfg.algorithm, policy=policy, tokenizer=tok)  # its reference: the stage's start weights
