@@ -146,14 +146,19 @@ def test_lora_policy_is_merged_without_being_touched(gen):
     assert state.keys() == after.keys() and all(torch.equal(state[k], after[k]) for k in state)
 
 
+def sample_ignoring_eos(gen, policy, tok, prompts):
+    """The engine's samples with `ignore_eos` on (the shared engine is left as it was)."""
+    gen.ignore_eos = True
+    try:
+        return gen.sample(policy, tok, prompts)
+    finally:
+        gen.ignore_eos = False
+
+
 def test_ignore_eos_gives_full_length(gen, tiny):
     policy, tok = tiny
     prompts = make_prompts(tok)
-    gen.ignore_eos = True
-    try:
-        out = gen.sample(policy, tok, prompts)
-    finally:
-        gen.ignore_eos = False
+    out = sample_ignoring_eos(gen, policy, tok, prompts)
     assert all(len(c) == len(lp) == MAX_NEW for c, lp in zip(out.completions, out.logprobs))
     assert any(tok.eos_token_id in c[:-1] for c in out.completions)  # sampled through an eos
 
@@ -209,11 +214,7 @@ def test_stops_at_the_models_turn_end_not_only_the_tokenizers_eos(chat):
     greedy = gen.sample(policy, tok, prompts, greedy=True)
     hf = HFGenerator(MAX_NEW, temperature=1.0, top_p=1.0, batch_size=16).sample(policy, tok, prompts, greedy=True)
     assert greedy.completions == hf.completions and greedy.completions[0] == [stop]
-    gen.ignore_eos = True
-    try:
-        full = gen.sample(policy, tok, prompts)
-    finally:
-        gen.ignore_eos = False
+    full = sample_ignoring_eos(gen, policy, tok, prompts)
     assert all(len(c) == len(lp) == MAX_NEW for c, lp in zip(full.completions, full.logprobs))
     assert full.completions[0] == [stop, trigger] * (MAX_NEW // 2)
 
