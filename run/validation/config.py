@@ -124,6 +124,9 @@ def _check_memory_keys(cfg: DictConfig, errors: list[str]) -> None:
     top_p = raw(cfg, "generator.top_p")
     if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
         errors.append(f"generator.top_p={top_p!r} must be in (0, 1]")
+    top_k = raw(cfg, "generator.top_k")
+    if top_k is not None and (not is_int(top_k) or top_k < 0):
+        errors.append(f"generator.top_k={top_k!r} must be an integer ≥ 0 (0: off)")
 
 
 def _check_reference_refresh(cfg: DictConfig, errors: list[str]) -> None:
