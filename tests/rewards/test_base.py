@@ -131,3 +131,16 @@ def test_function_reward_per_sample_timeout_abstains_from_the_hung_sample_on():
 def test_function_reward_refuses_a_non_callable():
     with pytest.raises(TypeError, match="reward.fn"):
         FunctionReward("fn", "1", "not a function", None, 10)
+
+
+class BadFloat:
+    def __float__(self):
+        raise ZeroDivisionError("no float here")
+
+
+@pytest.mark.parametrize("bad", [10**400, -(10**400), BadFloat()], ids=["1e400", "-1e400", "broken__float__"])
+def test_a_score_float_cannot_hold_costs_only_that_sample(bad):
+    """float(10**400) raises OverflowError: safe_score ("never raises") must turn it into an abstain."""
+    report = safe_score(Fixed([1.0, bad, 0.0]), PROMPTS, COMPLETIONS, EX)
+    assert report.scores == [1.0, None, 0.0]
+    assert report.abstained == 1 and report.errors == 1 and "non-finite" in report.first_error
