@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
 import traceback
 import time
@@ -24,23 +23,23 @@ from typing import Callable
 
 from rewards.base import RewardSource, ScoreReport
 from rewards.code_protocol import parse_protocol, passes, same  # noqa: F401 - same: re-exported
+from rewards.parsing import def_line, first_fence, head
 from rewards.sandbox import RunResult, Sandbox
 from tasks.base import Example
 
 HARNESS = Path(__file__).resolve().parent / "sandbox_harness.py"
 STALL_GRACE_S = 1.0  # beyond the harness's own per-test alarm, before a silent run is killed
-FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
 def extract_program(completion: str, prompt: str, entry_point: str) -> str:
     """The code to run: the first ``` fenced block if any, else the completion; a completion that does
-    not define `entry_point` but continues a prompt that does (HumanEval style) is appended to it."""
-    m = FENCE.search(completion)
-    code = m.group(1) if m else completion
-    defines = re.compile(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", re.M)
-    if not defines.search(code) and defines.search(prompt):
-        return prompt[defines.search(prompt).start() :] + code
-    return code
+    not define `entry_point` but continues a prompt that does (HumanEval style) is appended to it. Reads
+    at most the first MAX_PARSED_CHARS of the completion, in linear time (rewards/parsing.py)."""
+    completion = head(completion)
+    fenced = first_fence(completion)
+    code = completion if fenced is None else fenced
+    start = def_line(prompt, entry_point) if def_line(code, entry_point) is None else None
+    return code if start is None else prompt[start:] + code
 
 
 def untested_example(examples: list[Example]) -> tuple[int, Example] | None:
