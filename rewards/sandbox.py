@@ -208,7 +208,7 @@ def unshare_args(python: str, mounts: Mounts, root: str, code: str, tmpfs_mb: in
     cfg = {"root": root, "ro_binds": list(mounts.paths), "links": dict(mounts.links), "code": code,
            "tmpfs_bytes": tmpfs_mb * 1024 * 1024, "argv": inner}
     return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--pid", "--net",
-            "--ipc", "--uts", "--fork", "--kill-child", "--", python, "-I", "-S",
+            "--ipc", "--uts", "--cgroup", "--fork", "--kill-child", "--", python, "-I", "-S",
             f"{code}/sandbox_init.py", json.dumps(cfg)]
 
 
