@@ -24,7 +24,7 @@ from typing import Callable
 from rewards.base import RewardSource, ScoreReport
 from rewards.code_protocol import parse_protocol, passes, same  # noqa: F401 - same: re-exported
 from rewards.parsing import def_line, first_fence, head
-from rewards.sandbox import RunResult, Sandbox
+from rewards.sandbox import RunResult, Sandbox, SandboxUnavailable
 from tasks.base import Example
 
 HARNESS = Path(__file__).resolve().parent / "sandbox_harness.py"
@@ -105,6 +105,11 @@ class CodeExecReward(RewardSource):
         if time.monotonic() > deadline:
             self._count("skipped_deadline")
             return None, "batch deadline passed before this sample ran"
+        try:  # the file holding the expected outputs, however the task was loaded, must be out of reach
+            self.sandbox.protect_file(example.meta.get("source_file"))
+        except SandboxUnavailable as e:
+            self._count("launch_failures")
+            return None, str(e)
         spec = {"entry_point": entry, "inputs": [json.dumps(t["args"]) for t in tests],
                 "per_test_seconds": self.per_test_seconds}
         files = {"harness.py": HARNESS.read_text(), "spec.json": json.dumps(spec),

@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewards.sandbox_mounts import PROJECT, Mounts, MountError, interpreter_mounts, refuse_if_exposed
+from rewards.sandbox_mounts import PROJECT, MountError, Mounts, interpreter_mounts, refuse_if_exposed
 from rewards.sandbox_proc import (die_with_parent, kill_tree, make_run_dir, read_bounded,
                                   remove_stale_run_dirs, tasks_of_uid)
 
@@ -76,6 +76,7 @@ class Sandbox:
         self.max_output = max_output_kb * 1024
         self.protect = [str(PROJECT)] + [str(p) for p in protect or () if p]
         self.as_root = os.geteuid() == 0
+        self._checked: set[str] = set()  # files protect_file found out of reach
         self.backend = self._choose(backend, allow_weak)
         remove_stale_run_dirs()  # the model's code left by a trainer that was killed mid-run
 
@@ -100,11 +101,18 @@ class Sandbox:
             f"{lead}. Model-written code would run with only resource limits: refusing to start. Set "
             "reward.allow_weak_sandbox=true to accept that (never on a machine with secrets).")
 
-    def _refuse_if_exposed(self) -> None:
+    def _refuse_if_exposed(self, paths: list[str] | None = None) -> None:
         try:
-            refuse_if_exposed(self.protect, interpreter_mounts(self.python))
+            refuse_if_exposed(self.protect if paths is None else paths, interpreter_mounts(self.python))
         except MountError as e:
             raise SandboxUnavailable(str(e)) from None
+
+    def protect_file(self, path: str | None) -> None:
+        """Raise SandboxUnavailable if `path` (a task file, however it was loaded) lies under what a
+        namespace backend mounts; checked once per path. The `protect` paths were checked at start."""
+        if path and self.backend in ("bwrap", "unshare") and path not in self._checked:
+            self._refuse_if_exposed([path])
+            self._checked.add(path)
 
     # ------------------------------------------------------------------ running
     def run(self, files: dict[str, str], argv: list[str], idle_seconds: float | None = None) -> RunResult:
