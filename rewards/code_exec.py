@@ -75,8 +75,9 @@ class CodeExecReward(RewardSource):
         # could slow its neighbour by forking spinners: one run at a time, so it only slows itself
         self.workers = workers if self.cpu_isolation != "serial" else 1
         if self.workers != workers:
+            why = getattr(getattr(self.sandbox, "cpu", None), "why", None)
             print(f"[code_exec] reward.workers={workers}: running one sandbox at a time, since no cpu cgroup "
-                  f"can be made here ({getattr(getattr(self.sandbox, 'cpu', None), 'why', None)}); see docs/rewards.md", file=sys.stderr)
+                  f"can be made here ({why}); see docs/rewards.md", file=sys.stderr)
         if timeout_s < self.sandbox.wall_seconds + 2:
             raise ValueError(f"reward.timeout_s={timeout_s} must exceed reward.sandbox.wall_seconds + 2 = "
                              f"{self.sandbox.wall_seconds + 2}: a batch must fit at least one run")
@@ -162,6 +163,7 @@ class CodeExecReward(RewardSource):
 
     def stats(self) -> dict:
         runs = self.counts["runs"]
-        out = {"sandbox/backend": self.sandbox.backend, "sandbox/cpu_isolation": self.cpu_isolation, **{f"sandbox/{k}": v for k, v in self.counts.items()},
+        out = {"sandbox/backend": self.sandbox.backend, "sandbox/cpu_isolation": self.cpu_isolation,
+               **{f"sandbox/{k}": v for k, v in self.counts.items()},
                "sandbox/seconds_mean": self.seconds / runs if runs else 0.0}
         return out

@@ -8,8 +8,8 @@ Backends, best first (`backend=auto` takes the first that works on this host):
   rlimits  resource limits only: no isolation. Refused unless allow_weak=True.
 Every backend also gets rlimits (CPU, address space, processes, file size, open files, no core dumps), an
 empty environment, a new session, a wall-clock timeout that kills the whole process tree, a cap on the
-output read back, death with the trainer (rewards/sandbox_proc.py), and a cpu cgroup of its own where one
-can be made, so its processes together get one run's share of the CPU (rewards/sandbox_cgroup.py). A namespace backend refuses to
+output read back, death with the trainer (rewards/sandbox_proc.py), and a cpu cgroup of its own where
+one can be made, so its processes together get one run's share of the CPU (rewards/sandbox_cgroup.py). A namespace backend refuses to
 start if the project or a `protect`ed path (the task file) would be visible inside. When the trainer runs
 as root, each run gets its own unprivileged uid/gid from RUN_UIDS (no account, no files, no
 capabilities; no two runs of this process share one), so its RLIMIT_NPROC budget is its alone: a fork

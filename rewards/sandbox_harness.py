@@ -4,7 +4,8 @@ compares them (rewards/code_exec.py), so a solution cannot forge a pass without 
 
 Files next to this script: spec.json {"entry_point", "inputs": [json text of the argument list, ...],
 "per_test_seconds", "per_test_wall_seconds"} and solution.py. Protocol, one line each on the original
-stdout (the solution's own prints go to stderr):  @@READY@@ | @@RESULT@@ <i> <json> | @@ERROR@@ <i|load> <ExceptionType> | @@DONE@@
+stdout (the solution's own prints go to stderr):
+    @@READY@@ | @@RESULT@@ <i> <json> | @@ERROR@@ <i|load> <ExceptionType> | @@DONE@@
 
 Each test (and loading the solution) is limited in CPU time, `per_test_seconds` of this process's own CPU
 (ITIMER_PROF, SIGPROF): a test is not failed because other processes (another sample's, the trainer's)

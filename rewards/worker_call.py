@@ -6,7 +6,8 @@ returns, perhaps never, and each new hang adds one. `WorkerCall` runs `fn` in a 
 limit; the next call starts a fresh one. Nothing is left running after a timeout.
 
 Protocol over two pipes (multiprocessing.connection framing): the parent sends sys.path, then pickled
-(modules to preload, `fn`); the child imports them and answers "ready"; then, per call, pickled args → ("ok", value) | ("error", "Type: message").
+(modules to preload, `fn`); the child imports them and answers "ready"; then, per call, pickled args →
+("ok", value) | ("error", "Type: message").
 The child exits when its parent does (a watchdog thread sees the parent pid change).
 """
 from __future__ import annotations

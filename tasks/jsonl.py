@@ -58,7 +58,8 @@ def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answ
             if not isinstance(row.get(key), str) or not row[key].strip():
                 raise DataFileError(f"{path}:{lineno}: missing or empty string field {key!r}")
         meta = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
-        examples.append(Example(row[prompt_key], row[answer_key], meta | {"origin": f"{p.name}:{lineno}", "source_file": source}))
+        where = {"origin": f"{p.name}:{lineno}", "source_file": source}
+        examples.append(Example(row[prompt_key], row[answer_key], meta | where))
     if not examples:
         raise DataFileError(f"{path}: no examples")
     return examples
