@@ -9,11 +9,11 @@ Backends, best first (`backend=auto` takes the first that works on this host):
 Every backend also gets rlimits (CPU, address space, processes, file size, open files, no core dumps), an
 empty environment, a new session, a wall-clock timeout that kills the whole process tree, a cap on the
 output read back, death with the trainer (rewards/sandbox_proc.py), and a cpu cgroup of its own where
-one can be made, so its processes together get one run's share of the CPU (rewards/sandbox_cgroup.py). A namespace backend refuses to
-start if the project or a `protect`ed path (the task file) would be visible inside. When the trainer runs
-as root, each run gets its own unprivileged uid/gid from RUN_UIDS (no account, no files, no
-capabilities; no two runs of this process share one), so its RLIMIT_NPROC budget is its alone: a fork
-bomb in one sandbox cannot starve another, nor any real user's processes.
+one can be made, so its processes together get one run's share of the CPU (rewards/sandbox_cgroup.py).
+A namespace backend refuses to start if the project or a `protect`ed path (the task file) would be
+visible inside. When the trainer runs as root, each run gets its own unprivileged uid/gid from RUN_UIDS
+(no account, no files, no capabilities; no two runs of this process share one), so its RLIMIT_NPROC
+budget is its alone: a fork bomb in one sandbox cannot starve another, nor any real user's processes.
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ class Sandbox:
         root, uid, group = make_run_dir(), None, None
         try:
             uid = take_uid() if self.as_root else None
-            group = self.cpu.create(root.name) if self.cpu else None
+            group = self.cpu.create(root.name) if self.cpu is not None else None
             code = root / "code"
             code.mkdir()
             for name, text in files.items():
