@@ -59,10 +59,10 @@ class RegenerateExperience(L.Callback):
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.global_step == self.last_end_step:  # Lightning replays the hook when it resumes from
             return                                     # an epoch-end checkpoint: that end was handled
+        before = self.state_dict()
         self.epochs_ended, self.last_end_step = self.epochs_ended + 1, trainer.global_step
         done = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
         if getattr(trainer.datamodule, "online", False) and not done:
-            before = self.state_dict()
             try:
                 self.regenerate(trainer, pl_module, getattr(pl_module, "round_end", lambda: None)() or "schedule")
             except DroppedRoundsError:  # the checkpoint written on the way out (run/checkpointing.py) is

@@ -21,6 +21,7 @@ import json
 import atexit
 import os
 import secrets
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,6 +190,7 @@ class RefuseUsedSweepDir(Callback):
 
     def __init__(self):
         self.lock: FolderLock | None = None
+        self.new = False  # the sweep dir was absent or empty
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         try:
@@ -201,15 +203,31 @@ class RefuseUsedSweepDir(Callback):
     def claim(self, config: DictConfig) -> None:
         """Lock the sweep dir (creating it), or raise ConfigError saying what to do instead."""
         sweep = Path(str(config.hydra.sweep.dir))
+        self.new = not sweep.exists() or not any(sweep.iterdir())
         hint = (f"wait for it to end, or stop it (kill {{pid}}); or choose another hydra.sweep.dir")
         self.lock = FolderLock(sweep, "sweep").acquire(hint)
-        atexit.register(self.lock.release)  # a sweep that dies: the file goes (the kernel drops the lock)
+        atexit.register(self.release)  # a sweep that dies of a job's error: the same end
         if (sweep / "multirun.yaml").exists() and not config.get("resume", False):
-            self.lock.release()
+            self.release()
             raise ConfigError(f"{sweep} already holds a sweep (multirun.yaml), which this sweep would overwrite; "
                               f"choose another hydra.sweep.dir, or resume=true hydra.sweep.dir={sweep} to "
                               f"continue its jobs")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        if self.lock is not None:
-            self.lock.release()
+        self.release()
+
+    def release(self) -> None:
+        """The sweep's end: a new sweep dir none of whose jobs took an optimizer step (each job's folder
+        was put back by run/run_folder.py) is removed with what the sweep wrote there (multirun.yaml,
+        its summary), so the corrected sweep runs there too; then the lock goes."""
+        if self.lock is None:
+            return
+        sweep = self.lock.folder
+        if self.new and not any(holds_run(p) for p in sweep.iterdir() if p.is_dir()):
+            for path in sweep.iterdir():
+                if path.name != self.lock.path.name:
+                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        self.lock.release()
+        self.lock = None
+        if self.new and sweep.is_dir() and not any(sweep.iterdir()):
+            sweep.rmdir()

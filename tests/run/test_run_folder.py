@@ -132,7 +132,8 @@ def test_a_sweep_owns_its_dir_and_a_used_one_is_refused_with_an_exit(tmp_path, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"error: {sweep} is in use by a live sweep (pid {os.getpid()}" in err
     first.on_multirun_end(sweep_config(sweep))
-    assert list(sweep.iterdir()) == []
+    assert not sweep.exists()  # a new sweep dir in which no job took a step: removed with the lock
+    sweep.mkdir()
     (sweep / "multirun.yaml").write_text("keep")
     with pytest.raises(SystemExit):
         RefuseUsedSweepDir().on_multirun_start(sweep_config(sweep))
@@ -142,3 +143,20 @@ def test_a_sweep_owns_its_dir_and_a_used_one_is_refused_with_an_exit(tmp_path, c
     resumed = RefuseUsedSweepDir()
     resumed.on_multirun_start(sweep_config(sweep, resume=True))  # resume=true continues its jobs
     resumed.on_multirun_end(sweep_config(sweep, resume=True))
+
+
+def test_a_new_sweep_dir_is_kept_once_a_job_has_taken_a_step_and_removed_when_none_has(tmp_path):
+    for started in (True, False):
+        sweep = tmp_path / f"sweep-{started}"
+        callback = RefuseUsedSweepDir()
+        callback.on_multirun_start(sweep_config(sweep))
+        (sweep / "multirun.yaml").write_text("hydra's")
+        (sweep / "0").mkdir()  # a job put back by run/run_folder.py, and one that trained
+        if started:
+            (sweep / "1").mkdir()
+            (sweep / "1" / "run.json").write_text("{}")
+        callback.on_multirun_end(sweep_config(sweep))
+        if started:
+            assert sorted(p.name for p in sweep.iterdir()) == ["0", "1", "multirun.yaml"]
+        else:
+            assert not sweep.exists()
