@@ -166,9 +166,8 @@ def owned(out: Path, log_files: list[Path], process_start: float, is_zero: bool)
     if owned_by_launcher(out) or not is_zero:
         yield None
         return
-    lock = FolderLock(out).acquire("wait for it to end, or stop it (kill {pid}) and "
-                                   f"continue it with resume=true hydra.run.dir={out}; or choose another "
-                                   f"hydra.run.dir")
+    lock = FolderLock(out).acquire("choose another hydra.run.dir, or wait for that run to end (or stop it: "
+                                   "kill {pid})")
     folder, failed = None, False
     try:
         folder = RunFolder(out, log_files, process_start)

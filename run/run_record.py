@@ -204,7 +204,7 @@ class RefuseUsedSweepDir(Callback):
         """Lock the sweep dir (creating it), or raise ConfigError saying what to do instead."""
         sweep = Path(str(config.hydra.sweep.dir))
         self.new = not sweep.exists() or not any(sweep.iterdir())
-        hint = (f"wait for it to end, or stop it (kill {{pid}}); or choose another hydra.sweep.dir")
+        hint = "choose another hydra.sweep.dir, or wait for that sweep to end (or stop it: kill {pid})"
         self.lock = FolderLock(sweep, "sweep").acquire(hint)
         atexit.register(self.release)  # a sweep that dies of a job's error: the same end
         if (sweep / "multirun.yaml").exists() and not config.get("resume", False):
