@@ -12,6 +12,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
+
+PROCESS_START = time.time()  # before Hydra makes the run folder and its log: run/run_folder.py
 
 os.environ.setdefault("WANDB_MODE", "offline")  # never a login prompt; WANDB_MODE=online to stream
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -39,6 +42,7 @@ from run.command_line import exit_on_bad_command_line  # noqa: E402
 from run.errors import exit_with, full_traceback, user_error  # noqa: E402
 from run.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
 from run.model_card import write_model_card  # noqa: E402
+from run.run_folder import owned  # noqa: E402
 from run.run_record import RunPlan, plan_run, write_record  # noqa: E402
 from run.stages import (batch_arithmetic, checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
                         print_batch_arithmetic, run_stage, set_run_fields)
@@ -55,15 +59,21 @@ def run_names(hc) -> tuple[Path, str, str]:
 
 
 def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:
-    """Plan and validate every stage, check the folder, record the run, then run its stages in order."""
+    """Plan and validate every stage, check the folder, then run its stages in order; the run's record
+    is written at its first optimizer step (a run that fails before it leaves no record: run/run_folder.py)."""
     plan, cfg, stages = _plan(cfg, user_overrides, out)
     zero = distributed.is_zero()  # rank 0 alone writes files and prints (every rank with one process)
     for s in stages:
         set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id,
                        log_version=_log_version(out, s.name, plan.resume))
+    recorded = []
+
+    def record() -> None:  # once: at this process's first optimizer step (or the end, if none ran)
+        if zero and not recorded:
+            write_record(out, plan, cfg, _hydra_config(), user_overrides)
+            _save_stage_configs(out, stages, plan)
+        recorded.append(True)
     if zero:
-        write_record(out, plan, cfg, _hydra_config(), user_overrides)  # nothing was written before this
-        _save_stage_configs(out, stages, plan)
         print_batch_arithmetic(stages)
     summary, policy, tokenizer = RunSummary(out / "summary.json", write=zero), None, None
     for s in stages:
@@ -72,8 +82,9 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
             policy, tokenizer = load_finished_policy(s)
             summary.add(s.name, plan.finished[s.name])
             continue
-        policy, tokenizer, metrics = _run_stage(s, policy, tokenizer, plan.resume, out)
+        policy, tokenizer, metrics = _run_stage(s, policy, tokenizer, plan.resume, out, record)
         summary.add(s.name, metrics)
+    record()
     merged = bool(OmegaConf.select(stages[-1].cfg, "model.lora.save_merged", default=False))
     saved = save_policy(policy, tokenizer, out / "policy", save_merged=merged)  # collective under FSDP
     if zero:
@@ -131,14 +142,14 @@ def _run_trainer(cfg: DictConfig, user_overrides: list[str], out: Path) -> DictC
     return compose("train", overrides=plan.overrides).trainer
 
 
-def _run_stage(s, policy, tokenizer, resume: int, out: Path):
+def _run_stage(s, policy, tokenizer, resume: int, out: Path, on_first_step=None):
     """One stage, from its last checkpoint when resuming; a signal ends the process (128 + signum)
-    after the stage's checkpoint is written."""
+    after the stage's checkpoint is written. `on_first_step`: called after its first optimizer step."""
     ckpt = resume_checkpoint(checkpoint_dir(s)) if resume else None
     say0(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}"
           + (f" (resuming from {ckpt})" if ckpt else " (no checkpoint yet: from its start)" if resume else ""))
     try:
-        return run_stage(s, policy, tokenizer, ckpt)
+        return run_stage(s, policy, tokenizer, ckpt, on_first_step=on_first_step)
     except RunInterrupted as e:
         say0(f"\n[checkpoint] stage {s.name}: {e}; continue with: python train.py resume=true "
               f"hydra.run.dir={out}")
@@ -177,10 +188,7 @@ def main(cfg: DictConfig) -> float | None:
         if printing:
             stages = print_stages(cfg, overrides, out, group, name)
         else:
-            trainer = _run_trainer(cfg, overrides, out)  # a resume: the run's own hardware
-            check_environment(trainer)  # leaked SLURM variables, a self-launching strategy, nodes
-            run = launch_ranks if needs_launch(trainer) else train
-            stages = run(cfg, overrides, out, group, name)
+            stages = run_job(cfg, overrides, out, group, name)
     except Exception as e:  # the project's own errors: one line each (the traceback: HYDRA_FULL_ERROR=1)
         if user_error(e) is None or full_traceback():
             raise
@@ -192,6 +200,20 @@ def main(cfg: DictConfig) -> float | None:
         return None
     last = list(stages.values())[-1]
     return last.get("val/accuracy_after")  # the optimized metric for sweepers
+
+
+def run_job(cfg: DictConfig, overrides: list[str], out: Path, group: str, name: str) -> dict:
+    """Own the run folder (one live process per folder), then train, or launch the job's ranks; a job that
+    fails before its first optimizer step leaves the folder as it found it (run/run_folder.py)."""
+    logs = [Path(h.baseFilename) for h in logging.root.handlers if isinstance(h, logging.FileHandler)]
+    with owned(out, logs, PROCESS_START, distributed.is_zero()):
+        try:
+            trainer = _run_trainer(cfg, overrides, out)  # a resume: the run's own hardware
+            check_environment(trainer)  # leaked SLURM variables, a self-launching strategy, nodes
+            run = launch_ranks if needs_launch(trainer) else train
+            return run(cfg, overrides, out, group, name)
+        finally:
+            _finish_wandb()  # before the folder is put back: W&B writes into it until it finishes
 
 
 def _no_log_file() -> list[Path]:

@@ -27,6 +27,13 @@ from losses.kl import k3
 from rewards.base import RewardSource, ScoreReport, safe_score
 
 
+class DroppedRoundsError(RuntimeError):
+    """`max_dropped_rounds` rounds in a row had every sample dropped. Every rank raises it at the same
+    round end (the round is gathered), so the ranks may write their checkpoint on the way out together."""
+
+    on_every_rank = True
+
+
 class RegenerateExperience(L.Callback):
     def __init__(self, generator: HFGenerator, reward: RewardSource, max_dropped_rounds: int = 3):
         self.generator, self.reward = generator, reward
@@ -52,10 +59,15 @@ class RegenerateExperience(L.Callback):
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.global_step == self.last_end_step:  # Lightning replays the hook when it resumes from
             return                                     # an epoch-end checkpoint: that end was handled
+        before = self.state_dict()
         self.epochs_ended, self.last_end_step = self.epochs_ended + 1, trainer.global_step
         done = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
         if getattr(trainer.datamodule, "online", False) and not done:
-            self.regenerate(trainer, pl_module, getattr(pl_module, "round_end", lambda: None)() or "schedule")
+            try:
+                self.regenerate(trainer, pl_module, getattr(pl_module, "round_end", lambda: None)() or "schedule")
+            except DroppedRoundsError:  # the checkpoint written on the way out (run/checkpointing.py) is
+                self.load_state_dict(before)  # this round's end: a resumed run makes this round again
+                raise
 
     STATE = ("rounds", "epochs_ended", "last_end_step", "totals", "reward_means", "source_means",
              "triggers", "replay_fracs", "abstained", "timeouts", "dropped_in_a_row", "last_round")  # checkpointed
@@ -138,8 +150,8 @@ class RegenerateExperience(L.Callback):
             raise RuntimeError(f"round {self.rounds + 1} has no scored sample ({why}) and there is no earlier "
                                f"round to serve again; check the reward source (reward=...) and the task")
         if self.dropped_in_a_row >= self.max_dropped_rounds:
-            raise RuntimeError(f"{self.dropped_in_a_row} rounds in a row had every sample dropped ({why}); "
-                               f"stopping (callbacks.regenerate.max_dropped_rounds={self.max_dropped_rounds})")
+            raise DroppedRoundsError(f"{self.dropped_in_a_row} rounds in a row had every sample dropped ({why}); "
+                                     f"stopping (callbacks.regenerate.max_dropped_rounds={self.max_dropped_rounds})")
         say(trainer, f"WARNING [rollout] every sample of round {self.rounds + 1} was dropped ({why}); "
                      f"serving the previous round again ({self.dropped_in_a_row} in a row, the run stops at "
                      f"{self.max_dropped_rounds})")

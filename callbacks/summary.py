@@ -21,7 +21,7 @@ class RunSummary:
         self.stages[stage] = metrics
         if not self.write:
             return
-        tmp = self.path.with_suffix(".json.tmp")
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")  # per process
         tmp.write_text(json.dumps(self.stages, indent=2, default=float))
         os.replace(tmp, self.path)
 

@@ -3,7 +3,8 @@
 Registered in conf/train.yaml under `hydra.callbacks`. Reads every job dir `<sweep dir>/<n>/` (its
 `summary.json` and `.hydra/overrides.yaml`) and writes into the sweep dir:
 
-- `sweep_summary.csv`: one row per job (JOB_COLUMNS); a job without a complete summary.json is `failed`.
+- `sweep_summary.csv`: one row per job (JOB_COLUMNS); a job without a complete summary.json is `failed`,
+  and so is a job started in this sweep whose folder is gone (it failed before its first optimizer step).
 - `sweep_summary_by_config.csv`: one row per config (= the job's overrides minus `seed`) over its seeds
   (CONFIG_COLUMNS; `acc_std` is the sample std, empty for a single seed).
 - `sweep_accuracy_vs_tokens.png`: held-out accuracy against generated tokens (last stage's `val/curve`),
@@ -44,19 +45,27 @@ PLOT = "sweep_accuracy_vs_tokens.png"
 class SweepSummary(Callback):
     def __init__(self) -> None:
         self._pending: Path | None = None  # a sweep dir whose summary the exit handler still owes
+        self._started: dict[str, list[str]] = {}  # job dir name → its overrides, for every job started
 
     def on_multirun_start(self, config, **kwargs) -> None:
         self._pending = Path(config.hydra.sweep.dir)
         atexit.register(self._at_exit)  # a job's SystemExit skips on_job_end and on_multirun_end
 
+    def on_job_start(self, config, **kwargs) -> None:
+        """Remember the job: one that fails before its first step leaves no folder (run/run_folder.py)
+        and is still listed, as `failed`."""
+        out = OmegaConf.select(config, "hydra.runtime.output_dir", default=None)
+        if out is not None:
+            self._started[Path(str(out)).name] = [str(o) for o in config.hydra.overrides.task]
+
     def on_job_end(self, config, job_return=None, **kwargs) -> None:
         if str(OmegaConf.select(config, "hydra.mode", default="MULTIRUN")).endswith("MULTIRUN"):
-            write_summary(Path(config.hydra.sweep.dir))
+            write_summary(Path(config.hydra.sweep.dir), started=self._started)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         self._done()
         sweep = Path(config.hydra.sweep.dir)
-        jobs = write_summary(sweep, final=True)
+        jobs = write_summary(sweep, final=True, started=self._started)
         if jobs:
             print(f"[sweep] {len(jobs)} jobs summarised in {sweep}/sweep_summary*.csv")
 
@@ -64,7 +73,7 @@ class SweepSummary(Callback):
         """The process ends before on_multirun_end (a job exited, Ctrl+C): the summary as it stands."""
         sweep, self._pending = self._pending, None
         if sweep is not None and sweep.is_dir():
-            jobs = write_summary(sweep, final=True)
+            jobs = write_summary(sweep, final=True, started=self._started)
             if jobs:
                 print(f"[sweep] stopped early: {len(jobs)} jobs summarised in {sweep}/sweep_summary*.csv")
 
@@ -73,9 +82,9 @@ class SweepSummary(Callback):
         atexit.unregister(self._at_exit)
 
 
-def write_summary(sweep: Path, final: bool = False) -> list[dict] | None:
+def write_summary(sweep: Path, final: bool = False, started: dict | None = None) -> list[dict] | None:
     """The tables, then the plot (each guarded): after every job, at the sweep's end, at exit."""
-    jobs = _guarded("tables", lambda: write_tables(sweep))
+    jobs = _guarded("tables", lambda: write_tables(sweep, started))
     if jobs:
         _guarded("plot", lambda: plot(jobs, sweep / PLOT, quiet=not final))
     return jobs
@@ -90,23 +99,27 @@ def _guarded(what: str, fn):
         return None
 
 
-def write_tables(sweep: Path) -> list[dict]:
-    jobs = collect_jobs(sweep)
+def write_tables(sweep: Path, started: dict | None = None) -> list[dict]:
+    jobs = collect_jobs(sweep, started)
     _write_csv(sweep / "sweep_summary.csv", JOB_COLUMNS, jobs)
     _write_csv(sweep / "sweep_summary_by_config.csv", CONFIG_COLUMNS, by_config(jobs))
     return jobs
 
 
-def collect_jobs(sweep: Path) -> list[dict]:
+def collect_jobs(sweep: Path, started: dict | None = None) -> list[dict]:
     """Every job dir of the sweep: `<n>` for this multirun's jobs, and any other subdir holding a Hydra job
-    (a second multirun into the same dir with hydra.sweep.subdir=drift_${hydra.job.num}, say)."""
+    (a second multirun into the same dir with hydra.sweep.subdir=drift_${hydra.job.num}, say); and each
+    job `started` ({dir name: overrides}) whose folder is gone (it failed before its first step)."""
     dirs = [d for d in sweep.iterdir() if d.is_dir() and (d.name.isdigit() or (d / ".hydra").is_dir())]
-    return [read_job(d) for d in sorted(dirs, key=lambda d: (not d.name.isdigit(), d.name.zfill(8)))]
+    dirs += [sweep / name for name in (started or {}) if not (sweep / name).is_dir()]
+    return [read_job(d, (started or {}).get(d.name))
+            for d in sorted(dirs, key=lambda d: (not d.name.isdigit(), d.name.zfill(8)))]
 
 
-def read_job(job_dir: Path) -> dict:
-    """One CSV row (plus the private `_curve`) for the job in `job_dir`."""
-    overrides = _read_yaml(job_dir / ".hydra" / "overrides.yaml") or []
+def read_job(job_dir: Path, overrides: list[str] | None = None) -> dict:
+    """One CSV row (plus the private `_curve`) for the job in `job_dir` (`overrides`: the job's, when its
+    folder holds none)."""
+    overrides = _read_yaml(job_dir / ".hydra" / "overrides.yaml") or overrides or []
     rest = [o for o in overrides if _key(o) != "seed"]
     seeds = [o.split("=", 1)[1] for o in overrides if _key(o) == "seed" and "=" in o]
     seed = seeds[0] if seeds else (_read_yaml(job_dir / ".hydra" / "config.yaml") or {}).get("seed", "")

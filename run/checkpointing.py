@@ -36,6 +36,7 @@ import errno
 import os
 import random
 import re
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -46,12 +47,16 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from hardware import distributed
+from hardware.console import say0
 
 CHECKPOINT_NAME = re.compile(r"epoch=(\d+)-step=(\d+)\.ckpt$")
 
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written; the previous one is untouched."""
+
+    def __str__(self) -> str:  # the message alone, not OSError's "[Errno 28] ..."
+        return str(self.strerror)
 
 
 class RunInterrupted(Exception):
@@ -73,8 +78,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def atomic_save(obj, path: Path) -> None:
-    """torch.save to `path` via a temporary file in the same folder + fsync + rename (never half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """torch.save to `path` via a temporary file in the same folder + fsync + rename (never half a file).
+    Any write failure (an OSError, or the RuntimeError torch's zip writer turns it into, e.g. on a full
+    disk) removes the temporary file and raises CheckpointWriteError naming `path`."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # per process: two writers never share one
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
@@ -82,12 +89,38 @@ def atomic_save(obj, path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # replaces a last.ckpt symlink itself, never the file it points to
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
+        cause = _os_error(e)  # torch's writer raises RuntimeError, the file's OSError as its context
+        full = _disk_full(cause, path.parent)  # before the temporary file is removed (it frees the space)
         tmp.unlink(missing_ok=True)
-        reason = (e.strerror or os.strerror(e.errno)) if e.errno else str(e)
-        hint = "; free some disk space and resume with resume=true" if e.errno == errno.ENOSPC else ""
-        raise CheckpointWriteError(e.errno, f"could not write checkpoint {path}: {reason}; the previous "
-                                            f"checkpoint in {path.parent} is intact{hint}") from e
+        if not isinstance(e, OSError) and cause is None and not any(s in str(e) for s in WRITER_ERRORS):
+            raise  # not a write failure (e.g. a tensor that could not be read): the error as it is
+        reason = (cause.strerror or os.strerror(cause.errno)) if cause is not None else " ".join(str(e).split())
+        raise CheckpointWriteError(errno.ENOSPC if full else getattr(cause, "errno", None),
+                                   f"could not write checkpoint {path}: {reason}; the previous checkpoint in "
+                                   f"{path.parent} is intact"
+                                   + ("; free some disk space and resume with resume=true" if full else "")) from e
+
+
+WRITER_ERRORS = ("PytorchStreamWriter", "inline_container", "file write failed", "unexpected pos")
+
+
+def _os_error(e: BaseException) -> OSError | None:
+    """The OSError with an errno that `e` is or was raised from (its cause or context), or None."""
+    for _ in range(5):
+        if e is None or (isinstance(e, OSError) and e.errno):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _disk_full(cause: OSError | None, folder: Path) -> bool:
+    if cause is not None:
+        return cause.errno == errno.ENOSPC
+    try:
+        return shutil.disk_usage(folder).free < 1 << 16  # no errno reached us: look at the disk itself
+    except OSError:
+        return False
 
 
 def resume_checkpoint(folder: Path) -> Path | None:
@@ -135,6 +168,7 @@ class ResumeState(L.Callback):
         self._signal: int | None = None
         self._previous: dict = {}
         self._stepped = False
+        self._start_step: int | None = None  # the step this fit started at (on_train_start)
         self._restarted_at_round_end = False
         self._trainer = None
         self._restored_metrics: dict[str, float] = {}
@@ -165,6 +199,7 @@ class ResumeState(L.Callback):
         self._restored_metrics = dict(state.get("train_metrics", {}))
 
     def on_train_start(self, trainer, pl_module):
+        self._start_step = trainer.global_step  # a resumed fit starts at its checkpoint's step
         if self._restored is not None:  # after Lightning's restart-time dataloader build
             if trainer.fit_loop.restarted_on_epoch_end:
                 self._continue_at_round_end(trainer, pl_module)
@@ -228,9 +263,31 @@ class ResumeState(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception):
         self._restore_handlers()
-        if isinstance(exception, RunInterrupted) and self._stepped:
+        if isinstance(exception, RunInterrupted):
+            if self._stepped:
+                trainer.save_checkpoint(self.last_path, weights_only=False)
+                exception.checkpoint = self.last_path
+        elif self._checkpoint_on_error(trainer, exception):
+            self._save_on_error(trainer, exception)
+
+    def _checkpoint_on_error(self, trainer, exception) -> bool:
+        """An error after this fit's first optimizer step keeps its work in last.ckpt: with one process,
+        or with several when every rank raised it at the same point (`on_every_rank`, e.g. a stop on
+        dropped rounds; saving is a collective). Not a second signal's KeyboardInterrupt (stop at once),
+        nor a checkpoint that could not be written."""
+        if isinstance(exception, (KeyboardInterrupt, CheckpointWriteError)) or self._start_step is None:
+            return False
+        every_rank = getattr(trainer, "world_size", 1) == 1 or getattr(exception, "on_every_rank", False)
+        return every_rank and trainer.global_step > self._start_step
+
+    def _save_on_error(self, trainer, exception) -> None:
+        try:
             trainer.save_checkpoint(self.last_path, weights_only=False)
-            exception.checkpoint = self.last_path
+        except Exception as e:  # noqa: BLE001 - the error that stopped the run is the one to report
+            say0(f"[checkpoint] could not write {self.last_path} after the error below: {e}")
+            return
+        say0(f"[checkpoint] stopped by an error at step {trainer.global_step}; {self.last_path} written "
+                 f"(resume=true continues from it once the cause is fixed)")
 
     def teardown(self, trainer, pl_module, stage):
         self._restore_handlers()

@@ -6,7 +6,8 @@ One Hydra job = one run folder, whatever launched it. When this process was not 
 one rank fails the others are stopped, none left behind) with the job's own overrides and its output
 dir, waits, and returns the job's metric from summary.json. So every launcher and sweeper of Hydra
 (basic, Optuna, submitit) hands the ranks exactly the job's settings, each job gets its own ranks and
-folder, and rank 0 alone writes files.
+folder, and rank 0 alone writes files. The launching process owns the folder (run/run_folder.py) for
+the job's life; its ranks run under that lock.
 
 Lightning's own way (re-running `sys.argv` for each rank, or spawning) is not used: under `-m` it
 replays the whole sweep in rank 1, under the Optuna sweeper rank 1 runs its own study, and spawned
@@ -25,6 +26,7 @@ from omegaconf import DictConfig
 
 from hardware.processes import launched, processes_per_node, strategy_name, world_size_of
 from run.errors import ConfigError
+from run.run_folder import OWNER_ENV
 
 TRAIN_PY = Path(__file__).resolve().parent.parent / "train.py"
 SELF_LAUNCHING = ("ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_spawn_find_unused_parameters_true")
@@ -67,6 +69,7 @@ def run_ranks(trainer: DictConfig, overrides: list[str], out: Path, group: str, 
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // n)))  # torchrun would say 1, loudly
     env.update(dict(zip(NAME_ENV, (group, name))))
+    env[OWNER_ENV] = f"{os.getpid()}:{out}"  # this process holds the folder's lock: the ranks run under it
     print(f"[launch] {n} ranks under torchrun into {out}", flush=True)
     rc, signum = _wait_forwarding_signals(subprocess.Popen(cmd, env=env))
     if signum is not None:  # stopped on purpose: the ranks wrote their checkpoint (resume=true continues)

@@ -4,8 +4,10 @@
     <run>/run.json   {"wandb_id", "started", "resumes": [{"started", "overrides", "changes"}]}
 
 `hydra.output_subdir` is null (conf/train.yaml), so Hydra writes nothing into the folder before the task
-runs: train.py writes the record itself, once every stage's config is valid and the folder is known to
-be free (or really resumed). A refused or invalid run leaves every file of the folder as it was.
+runs: train.py writes the record itself, at the run's first optimizer step, once every stage's config is
+valid, the folder is owned by this process alone and known to be free (or really resumed). A refused or
+invalid run, or one that fails before that step, leaves every file of the folder as it was
+(run/run_folder.py removes what it wrote before then).
 
 Resuming (`resume=true`) composes from the overrides the run was started with (plus the changes that
 earlier resumes were allowed to make); a command-line value that differs is refused, naming the key and
@@ -16,8 +18,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import atexit
 import os
 import secrets
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,10 +31,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from run.errors import ConfigError
+from run.errors import ConfigError, format_error
+from run.run_folder import FolderLock
 
 CONTROL_KEYS = ("resume", "resume_allow_changes")  # about this invocation, never part of the run's settings
-MARKERS = ("summary.json", "run.json", ".hydra", "config.yaml", "checkpoints")  # what a run leaves
+MARKERS = ("summary.json", "run.json", ".hydra", "config.yaml", "checkpoints")  # what a run that took a step leaves
 
 
 @dataclass
@@ -171,18 +177,57 @@ def write_record(out: Path, plan: RunPlan, task_cfg: DictConfig | None, hydra_cf
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # per process: two writers never share one
     tmp.write_text(text)
     os.replace(tmp, path)
 
 
 class RefuseUsedSweepDir(Callback):
-    """A Hydra callback (conf/train.yaml): a multirun into a sweep dir that already holds one is refused
-    before Hydra rewrites its multirun.yaml (each job's folder is guarded by plan_run); resume=true
-    continues that sweep's jobs."""
+    """A Hydra callback (conf/train.yaml): a `-m` sweep owns its sweep dir (run/run_folder.py's lock, for
+    the sweep's life), and a sweep into a dir that already holds one is refused; resume=true continues
+    that sweep's jobs. Both refusals come before Hydra writes anything (multirun.yaml, the jobs' folders)
+    and end the process: Hydra 1.3 turns a callback's exception into a warning and carries on."""
+
+    def __init__(self):
+        self.lock: FolderLock | None = None
+        self.new = False  # the sweep dir was absent or empty
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        try:
+            self.claim(config)
+        except ConfigError as e:
+            sys.stderr.write(format_error(e) + "\n")
+            sys.stderr.flush()
+            raise SystemExit(1) from None
+
+    def claim(self, config: DictConfig) -> None:
+        """Lock the sweep dir (creating it), or raise ConfigError saying what to do instead."""
         sweep = Path(str(config.hydra.sweep.dir))
+        self.new = not sweep.exists() or not any(sweep.iterdir())
+        hint = "choose another hydra.sweep.dir, or wait for that sweep to end (or stop it: kill {pid})"
+        self.lock = FolderLock(sweep, "sweep").acquire(hint)
+        atexit.register(self.release)  # a sweep that dies of a job's error: the same end
         if (sweep / "multirun.yaml").exists() and not config.get("resume", False):
-            raise ConfigError(f"{sweep} already holds a sweep (multirun.yaml); choose another "
-                              f"hydra.sweep.dir, or resume=true hydra.sweep.dir={sweep} to continue its jobs")
+            self.release()
+            raise ConfigError(f"{sweep} already holds a sweep (multirun.yaml), which this sweep would overwrite; "
+                              f"choose another hydra.sweep.dir, or resume=true hydra.sweep.dir={sweep} to "
+                              f"continue its jobs")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """The sweep's end: a new sweep dir none of whose jobs took an optimizer step (each job's folder
+        was put back by run/run_folder.py) is removed with what the sweep wrote there (multirun.yaml,
+        its summary), so the corrected sweep runs there too; then the lock goes."""
+        if self.lock is None:
+            return
+        sweep = self.lock.folder
+        if self.new and not any(holds_run(p) for p in sweep.iterdir() if p.is_dir()):
+            for path in sweep.iterdir():
+                if path.name != self.lock.path.name:
+                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        self.lock.release()
+        self.lock = None
+        if self.new and sweep.is_dir() and not any(sweep.iterdir()):
+            sweep.rmdir()

@@ -195,11 +195,28 @@ def load_finished_policy(stage: Stage):
     return policy, tokenizer
 
 
-def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None):
+class FirstStep(L.Callback):
+    """Calls `fn` once, after the first optimizer step this fit takes (first among the callbacks: before
+    a signal's checkpoint at that step, so the run's record is there before any checkpoint)."""
+
+    def __init__(self, fn):
+        self.fn, self.start = fn, 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.start = trainer.global_step  # a resumed fit starts at its checkpoint's step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.fn is not None and trainer.global_step > self.start:
+            fn, self.fn = self.fn, None
+            fn()
+
+
+def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None, on_first_step=None):
     """Build everything for one stage and fit it (from `ckpt_path` when resuming: weights, optimizer,
     scheduler, data position, buffer, callback state, RNG states); returns (policy, tokenizer, summary
     metrics). The final weights go to checkpoints/<stage>/final.ckpt, so a resumed run can skip this
-    stage. SIGTERM/SIGINT during training write checkpoints/<stage>/last.ckpt and raise RunInterrupted."""
+    stage. SIGTERM/SIGINT during training write checkpoints/<stage>/last.ckpt and raise RunInterrupted.
+    `on_first_step`: called once after the fit's first optimizer step (train.py records the run there)."""
     cfg, start = stage.cfg, time.perf_counter()
     if world_size_of(cfg.trainer) > 1 and not launched():  # never Lightning's own launcher (sys.argv replay)
         raise RuntimeError("several ranks asked for in a process that no launcher started: train.py starts "
@@ -211,7 +228,8 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     reward = instantiate(cfg.reward)
     datamodule = build(cfg.data, task=stage.task, tokenizer=tokenizer)
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
-    callbacks = build_callbacks(cfg, generator, reward, stage.task)
+    callbacks = [FirstStep(on_first_step)] if on_first_step else []
+    callbacks += build_callbacks(cfg, generator, reward, stage.task)
     callbacks += [ResumeState(checkpoint_dir(stage) / "last.ckpt"), SameSettingsOnRanks(cfg)]
     trainer = L.Trainer(**trainer_arguments(cfg.trainer), callbacks=callbacks, logger=build_loggers(cfg) or False,
                         default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])

@@ -84,3 +84,52 @@ def test_sigterm_checkpoints_and_resume_alone_finishes_the_run(tmp_path):
     record = json.loads((out / "run.json").read_text())
     assert record["resumes"] == [{"started": record["resumes"][0]["started"],
                                   "overrides": ["resume=true"], "changes": []}]
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_no_trace_and_the_corrected_command_runs_there(tmp_path):
+    """AdamW refuses betas ≥ 1 only when the optimizer is built, after the model, the loggers and the
+    folder: a failure no config check catches. The folder is left as it was found (absent), so the
+    corrected command runs there as a new run, with nothing of the bad value in its record."""
+    out = tmp_path / "run"
+    args = [*SMALL, "algorithm=grpo", "logger=csv", f"hydra.run.dir={out}"]
+    bad = train(*args, "+algorithm.optimizer.betas=[1.5,0.999]")
+    assert bad.returncode == 1 and "Invalid beta parameter at index 0: 1.5" in bad.stderr, bad.stderr[-2000:]
+    assert not out.exists(), sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    good = train(*args)
+    assert good.returncode == 0, good.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["grpo"]["train/steps"] == 4
+    assert "betas" not in (out / ".hydra" / "overrides.yaml").read_text()
+    assert not (out / ".owner.lock").exists()
+
+
+def test_a_live_run_owns_its_folder_and_a_resume_or_a_new_run_is_refused_naming_its_pid(tmp_path):
+    out = tmp_path / "run"
+    proc = start_train(*SMALL, "algorithm=grpo", "trainer.max_steps=400", "logger=csv",
+                       "checkpoint_every_n_rounds=1", f"hydra.run.dir={out}")
+    try:
+        wait_for(out / "checkpoints" / "grpo" / "epoch=0-step=1.ckpt", proc)
+        for extra in (["resume=true"], [*SMALL, "algorithm=grpo"]):
+            refused = train(*extra, f"hydra.run.dir={out}")
+            assert proc.poll() is None, "the live run ended before the check: the refusal proves nothing"
+            assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+            assert f"error: {out} is in use by a live run (pid {proc.pid} on " in refused.stderr, refused.stderr[-2000:]
+            assert f"kill {proc.pid}" in refused.stderr and "already holds a run" not in refused.stderr
+        assert json.loads((out / "run.json").read_text())["resumes"] == []  # the refused resume left no entry
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+
+
+def test_a_sweep_into_a_used_sweep_dir_is_refused_before_hydra_writes_anything(tmp_path):
+    """Hydra 1.3 turns a callback's exception into a warning and carries on: the refusal must end the
+    process itself, before the sweeper rewrites multirun.yaml or makes a job's folder."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("keep")
+    proc = train("-m", "seed=1,2", "print_config=true", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {sweep} already holds a sweep (multirun.yaml), which this sweep would overwrite; choose another "
+        f"hydra.sweep.dir, or resume=true hydra.sweep.dir={sweep} to continue its jobs"]
+    assert sorted(p.name for p in sweep.iterdir()) == ["multirun.yaml"]
+    assert (sweep / "multirun.yaml").read_text() == "keep"

@@ -5,10 +5,13 @@ data to the end."""
 from __future__ import annotations
 
 import pytest
+import torch
 from hydra.utils import instantiate
 
 from callbacks.evaluate import evaluate
+from callbacks.regenerate import DroppedRoundsError
 from rewards.base import RewardSource
+from run.checkpointing import ResumeState
 from tests.data_modules.test_replay_mix import build_parts, stage_cfg
 from tests.helpers import tiny_model
 
@@ -49,3 +52,24 @@ def test_rounds_with_every_sample_dropped_stop_the_run_after_the_limit(tmp_path)
     with pytest.raises(RuntimeError, match=r"3 rounds in a row.*max_dropped_rounds=3"):
         trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 3  # round 1, then round 1 served again twice; the third drop stops it
+
+
+def test_a_stop_on_dropped_rounds_writes_last_ckpt_and_resume_continues_from_it(tmp_path):
+    """The stop keeps the work of every round since the last periodic checkpoint: last.ckpt at the step
+    it stopped, holding the round end as it was before the failed round (so a resume, here with a reward
+    that scores again, makes that round anew and trains on)."""
+    stage = stage_cfg(tmp_path, ["data.replay_ratio=0", "data.max_reuse=null", "data.max_staleness=null",
+                                 "algorithm.epochs_per_round=1", "data.batch_size=16"])
+    last = tmp_path / "last.ckpt"
+    trainer, module, dm, regenerate = build_parts(stage, 10, [ResumeState(last)], reward=GoodThenSilent())
+    with pytest.raises(DroppedRoundsError, match="3 rounds in a row"):
+        trainer.fit(module, datamodule=dm)
+    saved = torch.load(last, weights_only=False, map_location="cpu")
+    assert saved["global_step"] == 3
+    state = next(v for k, v in saved["callbacks"].items() if "RegenerateExperience" in k)
+    assert state["dropped_in_a_row"] == 2 and state["last_end_step"] == 2  # the round end before the failed one
+
+    trainer, module, dm, regenerate = build_parts(stage, 5, [ResumeState(last)])  # a reward that scores
+    trainer.fit(module, datamodule=dm, ckpt_path=last)
+    assert trainer.global_step == 5 and regenerate.dropped_in_a_row == 0
+    assert regenerate.rounds == state["rounds"] + 2  # the failed round made again at step 3, then step 4's

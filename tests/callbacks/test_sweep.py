@@ -225,7 +225,8 @@ def test_real_two_job_multirun_writes_the_summary(tmp_path):
 
 def test_real_multirun_with_a_failing_job_still_writes_the_summary(tmp_path):
     """train.py -m trainer.max_steps=2,-1: job 1 stops on a config error (SystemExit) and ends the sweep;
-    the summary lists job 0 and job 1 (failed), and the plot exists."""
+    the summary lists job 0 and job 1 (failed, with its overrides, though it failed before its first
+    step and so left no folder: run/run_folder.py), and the plot exists."""
     from tests.helpers import TINY
     from tests.test_train_e2e import train
 
@@ -236,5 +237,6 @@ def test_real_multirun_with_a_failing_job_still_writes_the_summary(tmp_path):
     assert proc.returncode == 1 and "trainer.max_steps=-1" in proc.stderr, proc.stderr[-3000:]
     _, jobs = read_csv(sweep / "sweep_summary.csv")
     assert [(r["job"], r["status"]) for r in jobs] == [("0", "ok"), ("1", "failed")]
+    assert "trainer.max_steps=-1" in jobs[1]["overrides"] and not (sweep / "1").exists()
     png = (sweep / "sweep_accuracy_vs_tokens.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 1024

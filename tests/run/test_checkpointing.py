@@ -6,7 +6,9 @@ import errno
 import hashlib
 import os
 import random
+import shutil
 import signal
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -144,3 +146,128 @@ def test_the_last_train_metrics_travel_in_the_checkpoint():
     resumed = ResumeState("last.ckpt")
     resumed.load_state_dict(state)
     assert resumed.summary() == state["train_metrics"]
+
+
+WRITER_FAILURE = ("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: "
+                  "file write failed")
+
+
+def test_a_runtime_error_from_torchs_writer_is_named_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    """torch's zip writer reports a failed write as RuntimeError, not OSError: the second round-end save
+    fails inside torch.save after some bytes reached the temporary file. One message naming the file,
+    the temporary file removed, the first checkpoint and last.ckpt as they were."""
+    real, seen = torch.serialization._save, {}
+
+    def save(obj, zip_file, *args, **kwargs):
+        if "before" not in seen and list(tmp_path.glob("epoch=*.ckpt")):
+            seen["before"] = digests(tmp_path)
+            zip_file.write_record("data/0", b"x" * 4096, 4096)
+            raise RuntimeError(WRITER_FAILURE)
+        return real(obj, zip_file, *args, **kwargs)
+
+    monkeypatch.setattr(torch.serialization, "_save", save)
+    with pytest.raises(CheckpointWriteError) as e:
+        fit_with_checkpoints(tmp_path, epochs=3)
+    message = str(e.value)
+    assert message.startswith(f"could not write checkpoint {tmp_path / 'epoch=1-step=4.ckpt'}: "), message
+    assert "PytorchStreamWriter failed writing file data/0: file write failed" in message and "is intact" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch=0-step=2.ckpt", "last.ckpt"]  # no .tmp
+    assert digests(tmp_path) == seen["before"]
+
+
+def test_an_unrelated_runtime_error_in_torch_save_is_not_called_a_write_failure(tmp_path, monkeypatch):
+    def save(obj, zip_file, *args, **kwargs):
+        raise RuntimeError("a tensor could not be read")
+    monkeypatch.setattr(torch.serialization, "_save", save)
+    from run.checkpointing import atomic_save
+    with pytest.raises(RuntimeError, match="a tensor could not be read") as e:
+        atomic_save({"x": 1}, tmp_path / "a.ckpt")
+    assert not isinstance(e.value, CheckpointWriteError) and list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 4 MiB tmpfs (root only; skipped where mount is not allowed)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({(done.stderr or done.stdout).strip() or done.returncode})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+class WideModel(BoringModel):
+    """A checkpoint of about 0.5 MB: larger than a file's write buffer, so the disk fills inside torch's
+    zip writer (a RuntimeError), not at the final flush (an OSError)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(32, 4096)
+
+
+class FillTheDisk(L.Callback):
+    """After the first round-end checkpoint: fill the disk holding `folder`, leaving 200 kB free."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        if trainer.current_epoch == 1:
+            free = shutil.disk_usage(self.folder).free
+            (self.folder.parent / "filler").write_bytes(b"\0" * (free - 200_000))
+
+
+def test_a_real_full_disk_names_the_file_keeps_the_previous_checkpoint_and_resumes(tiny_tmpfs):
+    folder = tiny_tmpfs / "ckpt"
+    ckpt = ModelCheckpoint(dirpath=folder, save_last="link", save_top_k=1, every_n_epochs=1,
+                           save_on_train_epoch_end=True, enable_version_counter=False)
+    trainer = L.Trainer(max_epochs=3, limit_train_batches=2, limit_val_batches=0, logger=False,
+                        callbacks=[ckpt, FillTheDisk(folder)], plugins=[AtomicCheckpointIO()],
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    with pytest.raises(CheckpointWriteError) as e:
+        trainer.fit(WideModel())
+    message = str(e.value)
+    print(f"\n[full disk] torch raised {type(e.value.__cause__).__name__}: {e.value.__cause__}\n[full disk] {message}")
+    assert isinstance(e.value.__cause__, RuntimeError)  # what torch's writer raises: the case OSError missed
+    assert f"could not write checkpoint {folder / 'epoch=1-step=4.ckpt'}: No space left on device" in message
+    assert "free some disk space and resume with resume=true" in message and e.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "last.ckpt"]  # no .tmp left
+    (tiny_tmpfs / "filler").unlink()
+    assert torch.load(folder / "last.ckpt", weights_only=False)["global_step"] == 2
+    resumed = L.Trainer(max_epochs=3, limit_train_batches=2, limit_val_batches=0, logger=False,
+                        plugins=[AtomicCheckpointIO()], enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0, default_root_dir=tiny_tmpfs)
+    resumed.fit(WideModel(), ckpt_path=folder / "last.ckpt")
+    assert resumed.global_step == 6
+
+
+class FailAtStep(L.Callback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise ValueError(f"a bug at step {self.step}")
+
+
+@pytest.mark.parametrize("fail_at", [3, 0])
+def test_an_error_after_the_first_step_writes_last_ckpt_first(tmp_path, fail_at):
+    """An error after an optimizer step keeps the work in last.ckpt (at the step it stopped); before the
+    first step (here: a failing first step) there is nothing to keep and nothing is written."""
+    trainer = L.Trainer(max_epochs=5, limit_train_batches=2, limit_val_batches=0, logger=False,
+                        callbacks=[FailAtStep(fail_at), ResumeState(tmp_path / "last.ckpt")],
+                        plugins=[AtomicCheckpointIO()], enable_progress_bar=False, enable_checkpointing=False,
+                        enable_model_summary=False, num_sanity_val_steps=0)
+    model = BoringModel()
+    if fail_at == 0:
+        model.training_step = lambda batch, batch_idx: (_ for _ in ()).throw(ValueError("a bug at step 0"))
+    with pytest.raises(ValueError, match=f"a bug at step {fail_at}"):
+        trainer.fit(model)
+    if fail_at == 0:
+        assert list(tmp_path.iterdir()) == []
+    else:
+        assert torch.load(tmp_path / "last.ckpt", weights_only=False)["global_step"] == fail_at

@@ -96,19 +96,6 @@ def test_train_refuses_resume_into_an_empty_folder_and_writes_nothing(hydra_conf
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_sweep_into_a_used_sweep_dir_is_refused_before_hydra_rewrites_it(tmp_path):
-    from omegaconf import OmegaConf
-
-    from run.run_record import RefuseUsedSweepDir
-    config = OmegaConf.create({"resume": False, "hydra": {"sweep": {"dir": str(tmp_path)}}})
-    RefuseUsedSweepDir().on_multirun_start(config)  # a new sweep dir
-    (tmp_path / "multirun.yaml").write_text("keep")
-    with pytest.raises(ConfigError, match=rf"{tmp_path} already holds a sweep \(multirun.yaml\)"):
-        RefuseUsedSweepDir().on_multirun_start(config)
-    config.resume = True
-    RefuseUsedSweepDir().on_multirun_start(config)
-
-
 def test_an_interpolation_on_the_command_line_is_recorded_and_compared_as_typed(tmp_path):
     started_run(tmp_path, ["callbacks.evaluate.verifier=${reward}"])
     plan = plan_run(tmp_path, ["resume=true", "callbacks.evaluate.verifier=${reward}"], resume=True,
