@@ -13,6 +13,7 @@ class ExactMatchVerifier(RewardSource):
     """1.0 if the completion (whitespace-stripped, up to the first newline) equals the reference
     answer, else 0.0. Exact for the arithmetic task, whose answers are canonical integers."""
 
+    verifies_reference = True  # held-out accuracy may use it (callbacks/eval_verifier.py)
     version = "1"
 
     def __init__(self, name: str, timeout_s: float = RewardSource.timeout_s):
