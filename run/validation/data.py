@@ -143,8 +143,10 @@ def _check_tests(cfg: DictConfig, task: Task, problems: list[str]) -> None:
                         f"({{_target_: ...}})")
     auto = verifier == "auto" and OmegaConf.select(cfg, "callbacks.evaluate", default=None) is not None
     rewarded = OmegaConf.select(cfg, "reward._target_", default=None)
-    if CODE_EXEC in _targets(verifier) or (auto and rewarded == CODE_EXEC):
+    if CODE_EXEC in _targets(verifier):
         scored.append(("heldout", task.heldout, "callbacks.evaluate.verifier (code_exec)"))
+    elif auto and rewarded == CODE_EXEC:
+        scored.append(("heldout", task.heldout, "callbacks.evaluate.verifier=auto (the stage's reward=code_exec)"))
     for split, examples, who in scored:
         bad = untested_example(examples)
         if bad:
