@@ -8,7 +8,8 @@
     exact   exact match against the reference answer (ExactMatchVerifier), whatever the stage trains on
     a node  any reward source, e.g. {_target_: rewards.math_answer.MathAnswerVerifier, name: math,
             timeout_s: 60}, or '${reward}' for the stage's own reward, verifier or not
-A source says it is a verifier with the class attribute `verifies_reference = True` (rewards/base.py).
+A source says it is a verifier with the attribute `verifies_reference = True` (rewards/base.py; reward=function:
+when its function carries that attribute, as rewards.math_answer.math_answer_scores does).
 """
 from __future__ import annotations
 

@@ -83,6 +83,9 @@ def math_answer_scores(prompts: list[str], completions: list[str], examples: lis
     return [1.0 if answers_match(c, ex.answer) else 0.0 for c, ex in zip(completions, examples)]
 
 
+math_answer_scores.verifies_reference = True  # reward=function with it: held-out accuracy may use it
+
+
 class MathAnswerVerifier(RewardSource):
     """1.0 if the completion's final answer equals the reference after normalisation, else 0.0."""
 

@@ -79,6 +79,19 @@ def test_a_weighted_reward_is_evaluated_by_its_gold_verifier_not_by_its_mix():
     assert isinstance(choose_verifier("auto", no_gold, TASK)[0], ExactMatchVerifier)
 
 
+def test_a_function_reward_is_a_verifier_only_when_its_function_says_so():
+    from functools import partial
+
+    from rewards.math_answer import math_answer_scores
+    from rewards.verifier import FunctionReward
+    checker = FunctionReward(name="function", version="1", fn=partial(math_answer_scores),
+                             per_sample_timeout_s=None, timeout_s=5)
+    assert choose_verifier("auto", checker, TASK)[0] is checker
+    other = FunctionReward(name="f", version="1", fn=lambda p, c, e: [0.5] * len(c), per_sample_timeout_s=None,
+                           timeout_s=5)
+    assert isinstance(choose_verifier("auto", other, TASK)[0], ExactMatchVerifier)
+
+
 def test_a_node_wins_and_a_bad_word_names_the_key():
     node = MathAnswerVerifier(name="m", timeout_s=5)
     assert choose_verifier(node, ProxyReward(), TASK)[0] is node
