@@ -4,9 +4,9 @@
     <run dir>/plots/<metric>.png   loss, margin, reward, accuracy, kl, ess, replay: two panels, against the
                                    stage's optimizer steps and its generated tokens, one line per stage
 
-Per optimizer step it keeps what the module already logged (`train/loss`, `train/reward_margin` of the
-preference algorithms, `rollout/reward_mean`, `train/kl`, `train/ess_frac` from `trainer.callback_metrics`) and the stage's generated tokens so far
-(callbacks/evaluate.generated_tokens); per round the replayed share of its groups
+Per optimizer step it keeps what the module already logged (`train/loss`, the preference algorithms'
+`train/reward_margin`, `rollout/reward_mean`, `train/kl`, `train/ess_frac`: `trainer.callback_metrics`)
+and the stage's generated tokens so far (callbacks/evaluate.generated_tokens); per round the replayed share of its groups
 (RegenerateExperience.replay_fracs, only where the data module reports `rollout/replay_frac`), placed at
 the first step that trains on the round and the tokens generated up to it, as that step's points; at the end
 the held-out curve (HeldOutEvaluation.curve). Values are kept as they are (a CUDA tensor stays on its
