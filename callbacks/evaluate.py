@@ -1,4 +1,11 @@
-"""Held-out evaluation: greedy decoding on the task's held-out examples, scored by the exact verifier.
+"""Held-out evaluation: greedy decoding on the task's held-out examples, scored by the stage's verifier.
+
+The scorer follows the stage (callbacks.evaluate.verifier, callbacks/eval_verifier.py): `auto` uses the
+stage's reward when it is a verifier (math answers, exact match, code execution), else exact match with
+the task's reference answers; the console names it once per stage. A stage whose data module does not
+train on the task (`trains_on_task` False: DPO on a preference file) is not evaluated on the task: its
+own held-out pairs are (callbacks/preference_eval.py); callbacks.evaluate.on_other_data=true evaluates
+the task anyway.
 
 Runs at fit start (the "before" number), during the stage on the steps `schedule` names (or, with no
 schedule, every `every_n_steps` optimizer steps), and at train end (the "after" number). A schedule is
@@ -24,6 +31,7 @@ import lightning as L
 from omegaconf import ListConfig
 from torchmetrics import MeanMetric
 
+from callbacks.eval_verifier import choose_verifier
 from callbacks.logging import find_callback, log_now
 from generators.base import completion_texts, stop_ids
 from generators.hf import HFGenerator
@@ -114,9 +122,12 @@ def _positive(text: str, part: str) -> int:
 
 
 class HeldOutEvaluation(L.Callback):
-    def __init__(self, generator: HFGenerator, verifier: RewardSource, task: Task,
-                 every_n_steps: int, num_examples: int | None, schedule: str | list | None = None):
-        self.generator, self.verifier, self.task = generator, verifier, task
+    def __init__(self, generator: HFGenerator, verifier: str | RewardSource, task: Task,
+                 every_n_steps: int, num_examples: int | None, schedule: str | list | None = None,
+                 reward: RewardSource | None = None, on_other_data: bool = False):
+        self.generator, self.task, self.on_other_data = generator, task, on_other_data
+        self.verifier, self.why = choose_verifier(verifier, reward, task)  # why: the console's line
+        self.active = True  # False: the stage trains on other data than the task (see on_fit_start)
         self.every_n_steps, self.num_examples = every_n_steps, num_examples
         self.schedule = parse_schedule(schedule)  # None: every_n_steps
         self.before: dict | None = None
@@ -150,6 +161,15 @@ class HeldOutEvaluation(L.Callback):
         return result
 
     def on_fit_start(self, trainer, pl_module):
+        datamodule = getattr(trainer, "datamodule", None)
+        if not self.on_other_data and not getattr(datamodule, "trains_on_task", True):
+            self.active = False
+            say(trainer, f"[eval] no held-out accuracy on task {self.task.name!r}: the stage trains on "
+                         f"{getattr(datamodule, 'source', 'other data')}, not on the task (its own held-out "
+                         f"data is evaluated by callbacks.preference_eval; callbacks.evaluate.on_other_data=true "
+                         f"evaluates the task anyway)")
+            return
+        say(trainer, f"[eval] held-out accuracy is scored by {self.why}")
         if self.before is None:
             self.before = self._run(trainer, pl_module)
         else:  # resumed: the stage's start value comes from the checkpoint, never from the resumed weights
@@ -158,12 +178,13 @@ class HeldOutEvaluation(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
-        if step > 0 and step < trainer.max_steps and self.due(step):
+        if self.active and step > 0 and step < trainer.max_steps and self.due(step):
             if not self.history or self.history[-1][0] != step:
                 self._run(trainer, pl_module)
 
     def on_train_end(self, trainer, pl_module):
-        self.after = self._run(trainer, pl_module)
+        if self.active:
+            self.after = self._run(trainer, pl_module)
 
     STATE = ("before", "history", "curve")  # checkpointed: a resumed stage keeps its real start value
 

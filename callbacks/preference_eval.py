@@ -41,6 +41,10 @@ class PreferenceEvaluation(L.Callback):
     def on_fit_start(self, trainer, pl_module):
         stats = getattr(trainer.datamodule, "stats", None)
         self.data = stats.summary() if hasattr(stats, "summary") else {}
+        if hasattr(pl_module, "preference_metrics") and hasattr(trainer.datamodule, "heldout_pairs") \
+                and not trainer.datamodule.heldout_pairs:  # a preference stage with nothing held out: say so
+            say(trainer, "[eval] no held-out preference accuracy: the stage's data holds out no pairs "
+                         "(data.heldout_path, or data.num_heldout > 0, holds some out)")
         if self.before is None:  # resumed: the stage's start value comes from the checkpoint
             self.before = self._run(trainer, pl_module)
 

@@ -1,12 +1,12 @@
-"""Per-run plots: reward, held-out accuracy, KL, ESS and replay share of every stage, as PNGs in the run dir.
+"""Per-run plots: loss, margin, reward, held-out accuracy, KL, ESS and replay share of every stage, as PNGs.
 
     <run dir>/plots/<stage>.json   the stage's series (written at the stage's train end)
-    <run dir>/plots/<metric>.png   reward, accuracy, kl, ess, replay: two panels, against the stage's
-                                   optimizer steps and against its generated tokens, one line per stage
+    <run dir>/plots/<metric>.png   loss, margin, reward, accuracy, kl, ess, replay: two panels, against the
+                                   stage's optimizer steps and its generated tokens, one line per stage
 
-Per optimizer step it keeps what the module already logged (`rollout/reward_mean`, `train/kl`,
-`train/ess_frac` from `trainer.callback_metrics`) and the stage's generated tokens so far
-(callbacks/evaluate.generated_tokens); per round the replayed share of its groups
+Per optimizer step it keeps what the module already logged (`train/loss`, the preference algorithms'
+`train/reward_margin`, `rollout/reward_mean`, `train/kl`, `train/ess_frac`: `trainer.callback_metrics`)
+and the stage's generated tokens so far (callbacks/evaluate.generated_tokens); per round the replayed share of its groups
 (RegenerateExperience.replay_fracs, only where the data module reports `rollout/replay_frac`), placed at
 the first step that trains on the round and the tokens generated up to it, as that step's points; at the end
 the held-out curve (HeldOutEvaluation.curve). Values are kept as they are (a CUDA tensor stays on its
@@ -33,9 +33,12 @@ from callbacks.logging import find_callback
 from hardware.console import say
 
 # per-step series: plot name → the callback_metrics key it reads
-STEP_KEYS = {"reward": "rollout/reward_mean", "kl": "train/kl", "ess": "train/ess_frac"}
+STEP_KEYS = {"reward": "rollout/reward_mean", "kl": "train/kl", "ess": "train/ess_frac", "loss": "train/loss",
+             "margin": "train/reward_margin"}
 # plot name → (title, y label)
 PLOTS = {
+    "loss": ("training loss (train/loss)", "loss"),
+    "margin": ("implicit reward margin, chosen − rejected (train/reward_margin: DPO, IPO, KTO, RM)", "margin"),
     "reward": ("rollout reward (batch mean, rollout/reward_mean)", "mean reward"),
     "accuracy": ("held-out greedy accuracy (val/accuracy)", "accuracy"),
     "kl": ("KL(π ‖ π_ref) per token (train/kl)", "KL"),
@@ -200,6 +203,7 @@ def draw(folder: Path, stages: list[str]) -> list[Path]:
             by_tokens.text(0.5, 0.5, "no stage generated tokens", ha="center", va="center",
                            transform=by_tokens.transAxes, color="gray")
         by_steps.set(xlabel="optimizer steps of the stage", ylabel=ylabel)
+        scale_y(by_steps, [v for *_, values in series for v in values])  # shared by both panels
         by_tokens.set(xlabel="generated tokens of the stage")
         for ax in (by_steps, by_tokens):
             ax.grid(alpha=0.3)
@@ -213,3 +217,17 @@ def draw(folder: Path, stages: list[str]) -> list[Path]:
         os.replace(tmp, path)
         written.append(path)
     return written
+
+
+def scale_y(ax, values: list[float]) -> None:
+    """Plain tick labels (never matplotlib's offset, which shows float noise as "1e-7+1"); a flat series
+    gets a readable range around it instead of a zig-zag at the 7th decimal; a series that never goes
+    below 0 gets an axis that does not either (an all-zero series is not drawn around -0.05)."""
+    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-6 * max(1.0, abs(hi)):
+        pad = max(0.05 * abs(hi), 0.05)
+        lo, hi = lo - pad, hi + pad
+        ax.set_ylim(lo, hi)
+    if min(values) >= 0 and ax.get_ylim()[0] < 0:
+        ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1e-9))

@@ -15,6 +15,8 @@ class DemonstrationsDataModule(ExperienceDataModule):
         super().__init__(task, tokenizer, batch_size, micro_batch_size, seed)
         examples = task.train[:max_examples] if max_examples else task.train
         self.records = [self._record(ex, source, i) for i, ex in enumerate(examples)]
+        # never trained on: callbacks/heldout_loss.py measures the held-out loss on them
+        self.heldout_records = [self._record(ex, source, i) for i, ex in enumerate(task.heldout)]
 
     def _record(self, ex, source: str, index: int) -> ExperienceRecord:
         return ExperienceRecord(

@@ -33,6 +33,7 @@ class StaticPreferencesDataModule(PreferenceDataModule):
         super().__init__(task, tokenizer, batch_size, micro_batch_size, seed)
         self.max_length, self.fitted = max_length, False
         self.source = path or "synthetic"
+        self.trains_on_task = path is None  # a file's pairs are not the task's: evaluating the task says nothing
         if path is None:
             if synthetic is None:
                 raise ValueError("data.path is null and data.synthetic is null: nothing to load")

@@ -25,6 +25,8 @@ class RewardSource:
     name: str = "reward"
     version: str = "0"
     timeout_s: float = 300.0  # whole-batch limit enforced by safe_score
+    verifies_reference: bool = False  # True: scores against the example's reference answer (a verifier),
+    # so held-out accuracy may use it (callbacks/eval_verifier.py); False: a proxy (RM, judge, a mix)
 
     def score(self, prompts: list[str], completions: list[str], examples: list[Example]) -> list[float | None]:
         raise NotImplementedError

@@ -64,6 +64,7 @@ def untested_example(examples: list[Example]) -> tuple[int, Example] | None:
 
 
 class CodeExecReward(RewardSource):
+    verifies_reference = True  # held-out accuracy may use it (callbacks/eval_verifier.py)
     version = "2"
 
     def __init__(self, name: str, sandbox: Callable[..., Sandbox], allow_weak_sandbox: bool,

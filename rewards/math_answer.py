@@ -83,9 +83,13 @@ def math_answer_scores(prompts: list[str], completions: list[str], examples: lis
     return [1.0 if answers_match(c, ex.answer) else 0.0 for c, ex in zip(completions, examples)]
 
 
+math_answer_scores.verifies_reference = True  # reward=function with it: held-out accuracy may use it
+
+
 class MathAnswerVerifier(RewardSource):
     """1.0 if the completion's final answer equals the reference after normalisation, else 0.0."""
 
+    verifies_reference = True  # held-out accuracy may use it (callbacks/eval_verifier.py)
     version = "1"
 
     def __init__(self, name: str, timeout_s: float):

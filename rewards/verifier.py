@@ -13,6 +13,7 @@ class ExactMatchVerifier(RewardSource):
     """1.0 if the completion (whitespace-stripped, up to the first newline) equals the reference
     answer, else 0.0. Exact for the arithmetic task, whose answers are canonical integers."""
 
+    verifies_reference = True  # held-out accuracy may use it (callbacks/eval_verifier.py)
     version = "1"
 
     def __init__(self, name: str, timeout_s: float = RewardSource.timeout_s):
@@ -43,6 +44,9 @@ class FunctionReward(RewardSource):
         if not callable(fn):
             raise TypeError(f"reward.fn must be a callable (a `_target_` with `_partial_: true`), got {fn!r}")
         self.name, self.version, self.fn = name, str(version), fn
+        # a function that checks the reference answer says so (fn.verifies_reference = True, as
+        # math_answer_scores does): held-out accuracy may then use it (callbacks/eval_verifier.py)
+        self.verifies_reference = bool(getattr(getattr(fn, "func", fn), "verifies_reference", False))
         self.per_sample_timeout_s, self.timeout_s = per_sample_timeout_s, timeout_s
         self.worker = None
         if per_sample_timeout_s:

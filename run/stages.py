@@ -140,7 +140,7 @@ def build(node: DictConfig, **runtime):
 
 def build_callbacks(cfg: DictConfig, generator, reward, task) -> list[L.Callback]:
     runtime = {"regenerate": {"generator": generator, "reward": reward},
-               "evaluate": {"generator": generator, "task": task}}
+               "evaluate": {"generator": generator, "task": task, "reward": reward}}
     return [build(node, **runtime.get(key, {})) for key, node in cfg.callbacks.items() if node is not None]
 
 

@@ -279,9 +279,9 @@ CASES: list[Case] = [
       "error: stage grpo: data.buffer_capacity=100 holds less than one round (data.prompts_per_round × "
       "algorithm.group_size = 64 × 8 = 512 records): raise it to at least 512"),
     C("code-exec-no-tests", "reward=code_exec on a task without unit tests", ("reward=code_exec",),
-      "error: stage grpo: reward=code_exec scores a completion by running the example's unit tests, but task "
-      "arithmetic2, train example 1 ('50+13=') has none ('entry_point' and 'tests'): use task=code, or a task file "
-      "whose lines carry entry_point and tests"),
+      "error: stage sft: callbacks.evaluate.verifier=auto (the stage's reward=code_exec) scores a completion by "
+      "running the example's unit tests, but task arithmetic2, heldout example 1 ('97+70=') has none ('entry_point' "
+      "and 'tests'): use task=code, or a task file whose lines carry entry_point and tests"),
     C("sandbox-budget", "a code_exec batch limit shorter than one sandbox run", ("reward=code_exec", "reward.timeout_s=5"),
       "error: stage sft: reward.timeout_s=5 must exceed reward.sandbox.wall_seconds + 2 = 12: a batch must fit at "
       "least one run"),

@@ -137,8 +137,16 @@ def _check_tests(cfg: DictConfig, task: Task, problems: list[str]) -> None:
     if _targets(OmegaConf.select(cfg, "reward", default=None)) & {CODE_EXEC} and isinstance(data, DictConfig) \
             and "prompts_per_round" in data:
         scored.append(("train", task.train, "reward=code_exec"))
-    if CODE_EXEC in _targets(OmegaConf.select(cfg, "callbacks.evaluate.verifier", default=None)):
+    verifier = OmegaConf.select(cfg, "callbacks.evaluate.verifier", default=None)
+    if isinstance(verifier, str) and verifier not in ("auto", "exact"):  # schemas: move into the callbacks schema
+        problems.append(f"callbacks.evaluate.verifier={verifier!r}: expected auto, exact or a reward node "
+                        f"({{_target_: ...}})")
+    auto = verifier == "auto" and OmegaConf.select(cfg, "callbacks.evaluate", default=None) is not None
+    rewarded = OmegaConf.select(cfg, "reward._target_", default=None)
+    if CODE_EXEC in _targets(verifier):
         scored.append(("heldout", task.heldout, "callbacks.evaluate.verifier (code_exec)"))
+    elif auto and rewarded == CODE_EXEC:
+        scored.append(("heldout", task.heldout, "callbacks.evaluate.verifier=auto (the stage's reward=code_exec)"))
     for split, examples, who in scored:
         bad = untested_example(examples)
         if bad:

@@ -21,7 +21,7 @@ def fake_trainer(step: int = 0):
 
 def evaluation() -> HeldOutEvaluation:
     task = SimpleNamespace(heldout=[object()] * 20)
-    return HeldOutEvaluation(generator=None, verifier=None, task=task, every_n_steps=5, num_examples=None)
+    return HeldOutEvaluation(generator=None, verifier="exact", task=task, every_n_steps=5, num_examples=None)
 
 
 def test_say_prints_before_any_progress_bar_is_open(capsys):

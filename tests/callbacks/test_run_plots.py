@@ -91,7 +91,8 @@ def test_a_skipped_step_is_not_a_point_and_missing_keys_are_none(tmp_path):
         trainer.callback_metrics = {"train/loss": torch.tensor(1.0)}
         cb.on_train_batch_end(trainer, None, None, None, 0)
     assert cb.steps == [1, 2] and cb.tokens == [0, 0]
-    assert cb.values == {"reward": [None, None], "kl": [None, None], "ess": [None, None]}
+    assert cb.values == {"reward": [None, None], "kl": [None, None], "ess": [None, None], "loss": [1.0, 1.0],
+                         "margin": [None, None]}
 
 
 def test_stages_lacking_a_metric_are_left_out_of_its_plot(tmp_path, monkeypatch):
@@ -115,7 +116,7 @@ def test_stages_lacking_a_metric_are_left_out_of_its_plot(tmp_path, monkeypatch)
         (stage["stage"], metric), real(stage, metric)))
     cb.on_train_end(trainer, None)
     assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == [
-        "accuracy.png", "ess.png", "kl.png", "reward.png"]  # no stage reports a replay share
+        "accuracy.png", "ess.png", "kl.png", "loss.png", "reward.png"]  # no stage reports a replay share
     assert json.loads((tmp_path / "plots" / "grpo.json").read_text())["replay"] == []
     assert drawn[("sft", "reward")] == ([], [], [])  # nothing to draw: SFT is left out of reward.png
     assert drawn[("sft", "accuracy")] == ([0, 2], [0, 0], [0.0, 0.5])
@@ -228,3 +229,58 @@ def test_a_device_tensor_is_kept_as_a_tensor_a_cpu_one_as_a_float():
     kept = run_plots._keep(torch.tensor(0.25, device="meta"))
     assert isinstance(kept, torch.Tensor) and kept.device.type == "meta"
     assert run_plots._keep(torch.tensor(0.25)) == 0.25 and run_plots._keep(None) is None
+
+
+def drawn_figures(folder, stages):
+    """draw(folder, stages) → {png name: its figure, drawn}."""
+    from matplotlib.figure import Figure
+    figures, real_savefig = {}, Figure.savefig
+
+    def savefig(fig, path, *a, **k):
+        fig.canvas.draw()
+        figures[Path(path).name.split(".")[1] + ".png"] = fig
+        return real_savefig(fig, path, *a, **k)
+
+    Figure.savefig = savefig
+    try:
+        draw(folder, stages)
+    finally:
+        Figure.savefig = real_savefig
+    return figures
+
+
+def write_stage(folder, name, **series):
+    steps = list(range(1, len(next(iter(series.values()))) + 1))
+    (folder / f"{name}.json").write_text(json.dumps({"stage": name, "steps": steps, "generated_tokens": [0] * len(steps),
+                                                     **series}))
+
+
+def test_float_noise_is_not_a_zigzag_and_an_all_zero_series_has_no_negative_axis(tmp_path):
+    write_stage(tmp_path, "grpo", ess=[1.0, 1 - 1e-7, 1.0, 1 - 1e-7], reward=[0.0, 0.0, 0.0, 0.0],
+                kl=[0.0, 0.01, 0.02, 0.03])
+    figures = drawn_figures(tmp_path, ["grpo"])
+    ess = figures["ess.png"].axes[0]
+    assert ess.yaxis.get_major_formatter().get_offset() == ""  # no "1e-7+1" above the axis
+    lo, hi = ess.get_ylim()
+    assert lo <= 0.95 and hi >= 1.0  # a readable range around 1, not the 7th decimal
+    assert all(float(t.get_text().replace("\u2212", "-") or 0) <= 1.1 for t in ess.get_yticklabels())
+    assert figures["reward.png"].axes[0].get_ylim()[0] == 0.0  # all zero: no axis below 0
+    assert figures["reward.png"].axes[0].get_ylim()[1] > 0.0
+    assert figures["kl.png"].axes[0].get_ylim()[0] == 0.0  # never below 0: the axis starts at 0
+
+
+def test_sft_gets_a_loss_plot_and_dpo_a_loss_and_margin_plot(tmp_path):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"sft": {}, "dpo": {}}, sort_keys=False))
+    for name, metrics in (("sft", {"train/loss": 2.0}), ("dpo", {"train/loss": 0.69, "train/reward_margin": 0.1})):
+        trainer, cb = fake_trainer(), RunPlots(str(tmp_path), name)
+        for step in (1, 2, 3):
+            trainer.global_step = step
+            trainer.callback_metrics = {k: torch.tensor(v / step) for k, v in metrics.items()}
+            cb.on_train_batch_end(trainer, None, None, None, step)
+        cb.on_train_end(trainer, None)
+    assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == ["loss.png", "margin.png"]
+    series = json.loads((tmp_path / "plots" / "dpo.json").read_text())
+    assert series["loss"] == pytest.approx([0.69, 0.345, 0.23]) and series["margin"] == pytest.approx([0.1, 0.05, 0.1 / 3])
+    figures = drawn_figures(tmp_path / "plots", ["sft", "dpo"])
+    assert [ln.get_label() for ln in figures["loss.png"].axes[0].lines] == ["sft", "dpo"]
+    assert [ln.get_label() for ln in figures["margin.png"].axes[0].lines] == ["dpo"]
