@@ -28,6 +28,7 @@ from run.errors import ConfigError
 from run.overrides import has_key, takes, unmatched_problem
 from run.validation.config import validate
 from run.validation.data import check_stage_data
+from run.validation.values import warmup_warning
 from tasks.jsonl import DataFileError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -67,11 +68,22 @@ def _adds(ov) -> bool:
     return ov.is_add() or ov.is_force_add()
 
 
+def _refuse_ignored_stages(single: bool, groups: list[str], keys: list) -> None:
+    """`stages=[...]` with `algorithm=` (or `data=`) and no experiment would run the one algorithm alone and
+    drop the stages without a word."""
+    given = [text for text, ov in keys if ov.key_or_group == "stages"]
+    if single and given and groups:
+        chosen = " ".join(g for g in groups if g.split("=")[0].lstrip("+~") in STAGE_GROUPS)
+        raise ConfigError(f"{given[0]} is not run: {chosen} without experiment= runs that one algorithm alone; "
+                          f"put {chosen} in each stage's overrides, or drop the stages")
+
+
 def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "train") -> list[Stage]:
     """Compose and validate every stage's config (no model is built here)."""
     groups, keys = _split(user_overrides)
     chosen = {g.split("=")[0].lstrip("+~") for g in groups}
     single = not cfg.stages or (chosen & set(STAGE_GROUPS) and "experiment" not in chosen)
+    _refuse_ignored_stages(single and bool(cfg.stages), groups, keys)
     if single and "data" not in chosen:  # algorithm=sft alone → its own data source
         groups.append(f"data={cfg.algorithm.default_data}")
     specs = [{"name": None, "overrides": []}] if single else list(cfg.stages)
@@ -87,6 +99,9 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
         scfg = compose(config_name, overrides=base + mine) if mine else probe
         name = spec["name"] or scfg.algorithm.name
         validate(scfg, name)
+        note = warmup_warning(scfg)
+        if note:
+            say0(f"warning: stage {name}: {note}")
         stages.append(Stage(name, scfg))
     unused = [unmatched_problem(text, ov, [(s.name, s.cfg) for s in stages]) for text, ov in keys if text not in used]
     if unused:

@@ -26,14 +26,14 @@ def must(tp, text: str):
     return Annotated[tp, Must(text)]
 
 
-def choice(*values: str):
-    """One of `values` (a Literal), said as 'one of a, b, c'."""
-    return must(Literal[values], "one of " + ", ".join(str(v) for v in values))
+def choice(*values: str, why: str = ""):
+    """One of `values` (a Literal), said as 'one of a, b, c' (+ why)."""
+    return must(Literal[values], "one of " + ", ".join(str(v) for v in values) + (f" ({why})" if why else ""))
 
 
 def optional(tp, null_means: str):
     """`tp` or null, said as '<what tp must be>, or null <null_means>'."""
-    return must(tp | None, f"{what(tp)}, or null {null_means}".replace(", or null (", " (or null: "))
+    return must(tp | None, f"{what(tp)}, or null {null_means}")
 
 
 def what(tp) -> str:
