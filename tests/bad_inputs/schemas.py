@@ -68,14 +68,18 @@ CASES: list[Case] = [
     C("usd-negative", "a negative price per million tokens", ("cost.usd_per_mtok_generated=-1",),
       "error: stage sft: cost.usd_per_mtok_generated=-1 must be a number ≥ 0"),
     C("unknown-key-in-stage", "a misspelled key added in a stage's overrides (an experiment file)",
-      ("stages=[{name: a, overrides: [algorithm=sft, +model.hidden_sise=16]}]",),
+      ('stages=[{name: a, overrides: ["algorithm=sft", "data=demonstrations", "+model.hidden_sise=16"]}]',),
       "error: stage a: model.hidden_sise: models.tiny.build_tiny has no key `hidden_sise` (its keys: hidden_size, "
       "num_layers, num_heads, intermediate_size, max_position_embeddings, seed, dtype, activation_checkpointing, "
       "lora); did you mean `model.hidden_size`?"),
     # ---- across keys, dry builds and probes
+    C("lora-unknown-field", "a LoRA field peft does not have (refused by building the adapter on the model's "
+      "skeleton)", ("algorithm=sft", "model.lora={r: 4, alpha: 16}"),
+      "error: stage sft: model.lora={'r': 4, 'alpha': 16}: ValueError: model.lora={'r': 4, 'alpha': 16}: not a peft "
+      "LoraConfig (LoraConfig.__init__() got an unexpected keyword argument 'alpha')"),
     C("stages-with-algorithm", "stages=[...] together with algorithm= (the stages were dropped)",
-      ("algorithm=grpo", "stages=[{name: a, overrides: [algorithm=sft]}]"),
-      "error: stages=[{name: a, overrides: [algorithm=sft]}] is not run: algorithm=grpo without experiment= runs "
+      ("algorithm=grpo", 'stages=[{name: a, overrides: ["algorithm=sft"]}]'),
+      'error: stages=[{name: a, overrides: ["algorithm=sft"]}] is not run: algorithm=grpo without experiment= runs '
       "that one algorithm alone; put algorithm=grpo in each stage's overrides, or drop the stages"),
     C("warmup-over-max-steps", "a warmup longer than the stage", ("algorithm=grpo", "trainer.max_steps=5"),
       "warning: stage grpo: algorithm.scheduler.num_warmup_steps=10 is longer than trainer.max_steps=5: the "

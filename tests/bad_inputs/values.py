@@ -101,8 +101,7 @@ CASES: list[Case] = [
       "Interpolation key 'algorithm.group_size' not found); algorithm=sft may not fit "
       "data=data_modules.fresh_rollouts.FreshRolloutsDataModule: its own is data=demonstrations…"),
     C("lora-rank-zero", "a LoRA adapter of rank 0", ("algorithm=sft", "model.lora={r: 0}"),
-      "error: stage sft: model.lora={'r': 0}: ValueError: `r` should be a positive integer value but the value "
-      "passed is 0"),
+      "error: stage sft: model.lora.r=0 must be a positive integer"),
     C("lora-unknown-module", "a LoRA target module the model does not have, beside one it has",
       ("algorithm=sft", "model.lora={r: 4, target_modules: [q_proj, qproj]}"),
       "error: stage sft: model.lora.target_modules: ['qproj'] match no module of LlamaForCausalLM (its linear "

@@ -1,19 +1,31 @@
 """The `model` group (conf/model): model=tiny and model=hf are closed (their factories take exactly
-these keys); another factory's node is open, its dtype and lora checked. A LoRA adapter's fields are
-checked by building it (run/validation/model.py), not here."""
+these keys); another factory's node is open, its dtype and lora checked. A LoRA adapter's common fields
+are typed here; the rest, and its target modules, by building it on the model's skeleton
+(run/validation/model.py)."""
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
 
 from models.adapters import ADAPTER_MODES
-
-from run.validation.schemas.base import Bool, Node, OpenNode, Path, PositiveInt, choice, must
+from run.validation.schemas.base import Bool, Node, OpenNode, Path, PositiveInt, PositiveNumber, choice, must
 
 Seed = must(Annotated[int, Field(ge=0, lt=2**32)], "an integer in [0, 2**32)")
 Dtype = choice("float32", "bfloat16", "float16")
-Lora = must(dict[str, Any] | None, "null (no adapter) or a mapping of peft LoraConfig fields, e.g. "
+
+
+class LoraFields(OpenNode):
+    """model.lora: peft LoraConfig's fields (open: any other LoraConfig field is passed on; peft checks
+    them when the adapter is dry-built on the model's skeleton, run/validation/model.py), and save_merged."""
+    r: PositiveInt = None
+    lora_alpha: PositiveNumber = None
+    lora_dropout: must(Annotated[float, Field(ge=0, lt=1)], "a number in [0, 1)") = None
+    target_modules: must(str | list[str], "all-linear, a regular expression, or a list of module names") = None
+    save_merged: Bool = None
+
+
+Lora = must(LoraFields | None, "null (no adapter) or a mapping of peft LoraConfig fields, e.g. "
             "{r: 8, lora_alpha: 16, target_modules: all-linear}")
 
 
