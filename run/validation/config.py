@@ -11,8 +11,8 @@ from omegaconf.errors import InterpolationResolutionError, InterpolationToMissin
 
 from models.hf_checks import ModelFolderError, check_folder
 from run.errors import ConfigError
-from run.validation.hardware import check_hardware, check_ranks
 from run.validation.dry_build import check_buffer, check_store
+from run.validation.hardware import check_hardware, check_ranks
 from run.validation.model import check_lora, check_model_shape, check_precision
 from run.validation.moved import check_moved_targets
 from run.validation.schemas import check_schemas
