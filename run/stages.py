@@ -8,6 +8,7 @@ config. Naming `algorithm=` or `data=` without `experiment=` runs that one algor
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,9 +100,6 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
         scfg = compose(config_name, overrides=base + mine) if mine else probe
         name = spec["name"] or scfg.algorithm.name
         validate(scfg, name)
-        note = warmup_warning(scfg)
-        if note:
-            say0(f"warning: stage {name}: {note}")
         stages.append(Stage(name, scfg))
     unused = [unmatched_problem(text, ov, [(s.name, s.cfg) for s in stages]) for text, ov in keys if text not in used]
     if unused:
@@ -116,7 +114,16 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     tokenizers: dict = {}  # the data against each stage's model context and reward (no weights loaded)
     for stage in stages:
         check_stage_data(stage.name, stage.cfg, stage.task, tokenizers)
+    _warn(stages)
     return stages
+
+
+def _warn(stages: list[Stage]) -> None:
+    """One line on stderr (rank 0) for each stage setting that is allowed but likely not meant."""
+    for stage in stages:
+        note = warmup_warning(stage.cfg)
+        if note and distributed.is_zero():
+            print(f"warning: stage {stage.name}: {note}", file=sys.stderr, flush=True)
 
 
 def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, name: str,

@@ -59,7 +59,7 @@ def observe(case: Case, folder: Path) -> str | None:
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             printed = io.StringIO()
             try:
-                with contextlib.redirect_stdout(printed):
+                with contextlib.redirect_stderr(printed):
                     stages = plan_stages(compose("train", overrides=overrides), overrides)
                 if case.when == "load":
                     instantiate(stages[0].cfg.model)
