@@ -29,6 +29,7 @@ from run.errors import ConfigError
 from run.overrides import has_key, takes, unmatched_problem
 from run.validation.config import validate
 from run.validation.data import check_stage_data
+from run.validation.schemas import stage_list_problems
 from run.validation.values import warmup_warning
 from tasks.jsonl import DataFileError
 
@@ -85,6 +86,9 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     chosen = {g.split("=")[0].lstrip("+~") for g in groups}
     single = not cfg.stages or (chosen & set(STAGE_GROUPS) and "experiment" not in chosen)
     _refuse_ignored_stages(single and bool(cfg.stages), groups, keys)
+    bad = [] if single else stage_list_problems(cfg)
+    if bad:
+        raise ConfigError("; ".join(bad), problems=bad)
     if single and "data" not in chosen:  # algorithm=sft alone → its own data source
         groups.append(f"data={cfg.algorithm.default_data}")
     specs = [{"name": None, "overrides": []}] if single else list(cfg.stages)

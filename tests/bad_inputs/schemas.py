@@ -72,6 +72,9 @@ CASES: list[Case] = [
       "error: stage a: model.hidden_sise: models.tiny.build_tiny has no key `hidden_sise` (its keys: hidden_size, "
       "num_layers, num_heads, intermediate_size, max_position_embeddings, seed, dtype, activation_checkpointing, "
       "lora); did you mean `model.hidden_size`?"),
+    C("stage-key-typo", "a misspelled key in a stage of `stages`", ('stages=[{name: a, overides: ["algorithm=sft"]}]',),
+      "error: stages[0].overides: stages[0] has no key `overides` (its keys: name, overrides); did you mean "
+      "`stages[0].overrides`?"),
     # ---- across keys, dry builds and probes
     C("lora-unknown-field", "a LoRA field peft does not have (refused by building the adapter on the model's "
       "skeleton)", ("algorithm=sft", "model.lora={r: 4, alpha: 16}"),

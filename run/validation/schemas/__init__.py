@@ -40,6 +40,14 @@ def check_schemas(cfg: DictConfig, errors: list[str]) -> None:
                 _check(node, top.CALLBACKS, None, f"callbacks.{name}.", errors)
 
 
+def stage_list_problems(cfg: DictConfig) -> list[str]:
+    """The `stages` list's entries against top.StageSpec, before the stages are composed from them."""
+    stages = OmegaConf.select(cfg, "stages", default=None, throw_on_resolution_failure=False)
+    if not isinstance(stages, ListConfig):
+        return problems(top.TopLevel, {"stages": stages}, "") if stages is not None else []
+    return problems(top.TopLevel, {"stages": plain(stages)}, "")
+
+
 def _check(node: dict, table: dict, fallback, prefix: str, errors: list[str]) -> None:
     schema = table.get(node.get("_target_"), fallback)
     if schema is not None:
@@ -86,14 +94,14 @@ def _line(schema, values, err: dict, prefix: str) -> tuple[str, str]:
             path.append(part)
             value = value.get(part) if isinstance(value, dict) else None
             model = _model_in(field.annotation)
-        elif isinstance(part, int) and isinstance(value, list) and field is not None:
-            path[-1] += f"[{part}]" if model is None else ""
+        elif isinstance(part, int) and isinstance(value, list) and path:
+            path[-1] += f"[{part}]"
             value = value[part] if part < len(value) else None
         elif err["type"] == "extra_forbidden" and isinstance(part, str):
             key = prefix + ".".join(path + [part])
             known = [k for k in fields if k not in ("_target_", "_partial_", "_convert_")]
             near = nearest(part, known)
-            where = (values.get("_target_") if not path else None) or prefix.rstrip(".")
+            where = (values.get("_target_") if not path else None) or prefix + ".".join(path)
             hint = f"; did you mean `{prefix}{'.'.join(path + [near])}`?" if near else ""
             return key, f"{key}: {where} has no key `{part}` (its keys: {', '.join(known)}){hint}"
     key = prefix + ".".join(path)
@@ -123,4 +131,4 @@ def _must(field, err: dict) -> str:
     return err["msg"][0].lower() + err["msg"][1:].removeprefix("nput should be ")
 
 
-__all__ = ["GROUPS", "Node", "check_schemas", "plain", "problems"]
+__all__ = ["GROUPS", "Node", "check_schemas", "plain", "problems", "stage_list_problems"]
