@@ -4,6 +4,7 @@ model can have, and an eos token, without which generation never stops before ge
 and a demonstration has no end to learn."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from models.hf_checks import CONTEXT_KEYS
@@ -23,10 +24,24 @@ def config_problems(config: dict, config_file: Path) -> list[str]:
     return found
 
 
-def eos_problem(tok, tok_name: str, folder: str | None) -> str | None:
-    """A tokenizer without an eos token: every rollout runs to generator.max_new_tokens (scored as
-    truncated), and SFT answers get no end."""
-    if getattr(tok, "eos_token_id", None) is not None:
+def model_eos(chain: list[Path], config: dict):
+    """The eos id(s) a model folder's generation_config.json (or config.json) states, or None: a
+    generator stops at those as well as at the tokenizer's (generators/base.py)."""
+    for folder in chain:
+        try:
+            stated = json.loads((Path(folder) / "generation_config.json").read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if stated is not None:
+            return stated
+    return config.get("eos_token_id")
+
+
+def eos_problem(tok, tok_name: str, folder: str | None, rollouts_only: bool, stated=None) -> str | None:
+    """A tokenizer without an eos token: demonstrations and preference pairs get no end (their answers
+    end with the tokenizer's eos), and with no eos stated by the model either, every rollout runs to
+    generator.max_new_tokens. `rollouts_only`: the stage encodes no answers, so a stated eos will do."""
+    if getattr(tok, "eos_token_id", None) is not None or (rollouts_only and stated is not None):
         return None
     where = f"{folder}/tokenizer_config.json" if folder else tok_name
     return (f"{tok_name} has no eos token ({where}: eos_token is unset): generation would never stop before "

@@ -88,3 +88,21 @@ def test_lightnings_own_choices(hydra_conf):
                                                              "trainer.precision='banana'"]
     assert "bf16-mixed" in found[2] and "ddp" in found[1]
     assert errors_of(hydra_conf(["trainer.precision=16", "trainer.strategy=ddp_spawn"])) == []
+
+
+def test_a_tokenizer_without_eos_is_refused_unless_only_rollouts_and_the_model_states_one(hydra_conf, tmp_path):
+    """Rollouts stop at generation_config.json's eos too (generators/base.py); demonstrations end with the
+    tokenizer's own, so an SFT stage needs it."""
+    import json
+
+    from run.errors import ConfigError
+    from run.stages import plan_stages
+    from tests.bad_inputs.schemas import no_eos
+    from tests.bad_inputs.setups import model_folder
+    model_folder("m", no_eos)(tmp_path)
+    assert json.loads((tmp_path / "m" / "generation_config.json").read_text())["eos_token_id"] is not None
+    hf = ["model=hf", f"model.name_or_path={tmp_path / 'm'}", "logger=none"]
+    [stage] = plan_stages(hydra_conf(hf + ["algorithm=grpo"]), hf + ["algorithm=grpo"])
+    assert stage.name == "grpo"
+    with pytest.raises(ConfigError, match="has no eos token"):
+        plan_stages(hydra_conf(hf + ["algorithm=sft"]), hf + ["algorithm=sft"])
