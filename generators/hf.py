@@ -2,8 +2,8 @@
 
 `sample` returns, per prompt, the generated token ids (cut after the first stop id, unless `ignore_eos`:
 the model's generation-config eos ids and the tokenizer's eos, generators.base.stop_ids) and the
-per-token log-probs of the distribution actually sampled from: temperature applied, no hidden top-k,
-top-p only if configured.
+per-token log-probs of the distribution actually sampled from: temperature applied, then top-k and top-p
+if configured (losses/sampling.py: the one definition the trainers score too).
 
 `HFGenerator` is a KV-cached sampling loop over a Hugging Face model (models/forward.py): each step
 computes the logits of the last position only and keeps just the sampled token's log-prob, so memory
@@ -21,6 +21,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from generators.base import GenerationOutput, stop_ids
 from hardware.sharding import is_sharded
+from losses.sampling import truncate
 from models import lean_llama
 from models.forward import decoder_and_head, last_position_logits
 
@@ -35,22 +36,14 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     return ids, mask.long()
 
 
-def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Scores [B, V] with the tokens outside the smallest set of probability ≥ top_p set to -inf
-    (as transformers' TopPLogitsWarper: the most likely token is always kept)."""
-    sorted_scores, order = torch.sort(scores, descending=False)
-    cumulative = sorted_scores.softmax(-1).cumsum(-1)
-    remove = cumulative <= (1 - top_p)
-    remove[..., -1:] = False
-    return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
-
-
 MULTINOMIAL_MAX_VOCAB = 4096  # up to this vocabulary: torch.multinomial (the embedded model's stream)
 
 
-def sample_token(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row of logits [B, V] from softmax(logits / temperature) after top-p, and its
-    log-prob (score - max - log(sum of weights): log_softmax's formula, for the chosen token only).
+def sample_token(logits: torch.Tensor, temperature: float, top_p: float,
+                 top_k: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of logits [B, V] from softmax(logits / temperature) after top-k and top-p
+    (losses.sampling.truncate), and its log-prob (score - max - log(sum of weights): log_softmax's
+    formula, for the chosen token only).
 
     Up to MULTINOMIAL_MAX_VOCAB entries, `torch.multinomial` on the unnormalised weights (for one
     sample it is argmax(w / Exp(1) noise): the same draws as on normalised probabilities; every seeded
@@ -59,9 +52,7 @@ def sample_token(logits: torch.Tensor, temperature: float, top_p: float) -> tupl
     one random number a row instead of one per entry: 128 × 32,000 took 105 ms a step through
     multinomial on the 2-core bench machine and 4 ms this way. A zero-weight (top-p removed) token
     can never be drawn: its cumulative sum equals its predecessor's."""
-    scores = logits if temperature == 1.0 else logits / temperature
-    if top_p < 1.0:
-        scores = top_p_filter(scores, top_p)
+    scores = truncate(logits if temperature == 1.0 else logits / temperature, top_k, top_p)
     top = scores.max(-1, keepdim=True).values
     weights = (scores - top).exp_()
     if weights.shape[-1] <= MULTINOMIAL_MAX_VOCAB:
@@ -134,9 +125,9 @@ def decode_steps(model, input_ids, attention_mask, max_new_tokens: int):
 @torch.no_grad()
 def sample_tokens(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   max_new_tokens: int, stops: torch.Tensor, pad_id: int, temperature: float = 1.0,
-                  top_p: float = 1.0, greedy: bool = False, ignore_eos: bool = False):
+                  top_p: float = 1.0, greedy: bool = False, ignore_eos: bool = False, top_k: int = 0):
     """KV-cached sampling from left-padded prompts [B, P]. Returns (tokens [B, N], log-probs [B, N] of
-    each sampled token under softmax(logits / temperature) after top-p (0 for greedy), lengths [B]:
+    each sampled token under softmax(logits / temperature) after top-k, top-p (0 for greedy), lengths [B]:
     tokens up to and including the first stop id). `stops` [S]: the stop ids, on the prompts' device.
     Rows that finished are fed `pad_id` until all finish."""
     B, device = input_ids.shape[0], input_ids.device
@@ -152,7 +143,7 @@ def sample_tokens(model: PreTrainedModel, input_ids: torch.Tensor, attention_mas
         if greedy:
             token = logits.argmax(-1)
         else:
-            token, logp = sample_token(logits, temperature, top_p)
+            token, logp = sample_token(logits, temperature, top_p, top_k)
             logps[:, t] = logp.masked_fill(done, 0.0)
         tokens[:, t] = token.masked_fill(done, pad_id)
         if not ignore_eos:
@@ -172,19 +163,19 @@ class HFGenerator:
     exact_logprobs = True
 
     def __init__(self, max_new_tokens: int, temperature: float, top_p: float, batch_size: int,
-                 ignore_eos: bool = False):
+                 ignore_eos: bool = False, top_k: int = 0):
         if temperature <= 0:
             raise ValueError(f"generator.temperature must be > 0 for sampling, got {temperature}")
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        self.top_p = top_p
+        self.top_p, self.top_k = top_p, top_k
         self.batch_size = batch_size
         self.ignore_eos = ignore_eos
 
     @property
     def sampling(self) -> dict:
         """The sampling settings recorded in every record's provenance."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": 0,
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                 "max_new_tokens": self.max_new_tokens}
 
     @torch.no_grad()
@@ -209,6 +200,6 @@ class HFGenerator:
         ids, mask = left_pad(prompts, tokenizer.pad_token_id)
         tokens, logps, lengths = sample_tokens(
             model, ids.to(stops.device), mask.to(stops.device), self.max_new_tokens, stops,
-            tokenizer.pad_token_id, self.temperature, self.top_p, greedy, self.ignore_eos)
+            tokenizer.pad_token_id, self.temperature, self.top_p, greedy, self.ignore_eos, self.top_k)
         tokens, logps, lengths = tokens.tolist(), logps.tolist(), lengths.tolist()
         return ([row[:n] for row, n in zip(tokens, lengths)], [row[:n] for row, n in zip(logps, lengths)])

@@ -4,7 +4,8 @@ Same call as `HFGenerator.sample`: one completion per prompt entry (prompts alre
 cut after the first stop id (included; generators.base.stop_ids: the model's generation-config eos ids and
 the tokenizer's eos, passed as `stop_token_ids`: the engine is built with `generation_config="vllm"`, so
 it would not read them itself), with the log-prob of each sampled token under the distribution actually
-sampled from (vLLM's `processed_logprobs`: temperature and top-p applied, top_k disabled).
+sampled from (vLLM's `processed_logprobs`: temperature, top-k and top-p applied, as losses/sampling.py
+defines the distribution the trainers score).
 
 The engine is built lazily on the first `sample`, in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
 so weights are handed over by reference), from the policy's config and tokenizer only
@@ -132,11 +133,11 @@ class VLLMGenerator:
                  ignore_eos: bool = False, gpu_memory_utilization: float = 0.3,
                  kv_cache_memory_bytes: int | None = None, tensor_parallel_size: int = 1,
                  dtype: str = "policy", max_model_len: int | None = None, enforce_eager: bool = True,
-                 seed: int = 0, engine_kwargs: dict | None = None):
+                 seed: int = 0, engine_kwargs: dict | None = None, top_k: int = 0):
         if temperature <= 0:
             raise ValueError(f"generator.temperature must be > 0 for sampling, got {temperature}")
         self.version = check_vllm_available()
-        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.max_new_tokens, self.temperature, self.top_p, self.top_k = max_new_tokens, temperature, top_p, top_k
         self.batch_size, self.ignore_eos = batch_size, ignore_eos
         self.engine_args = dict(
             gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
@@ -148,7 +149,7 @@ class VLLMGenerator:
     @property
     def sampling(self) -> dict:
         """The sampling settings recorded in every record's provenance (engine version included)."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": 0,
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                 "max_new_tokens": self.max_new_tokens, "vllm_version": self.version}
 
     def sample(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
@@ -166,7 +167,7 @@ class VLLMGenerator:
         stops = stop_ids(model, tokenizer)
         params = SamplingParams(
             n=1, temperature=0.0 if greedy else self.temperature, top_p=1.0 if greedy else self.top_p,
-            top_k=0, max_tokens=self.max_new_tokens, ignore_eos=self.ignore_eos,
+            top_k=0 if greedy else self.top_k, max_tokens=self.max_new_tokens, ignore_eos=self.ignore_eos,
             stop_token_ids=None if self.ignore_eos else stops,
             logprobs=None if greedy else 0, detokenize=False)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,

@@ -5,15 +5,17 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from losses.linear_logprobs import KEEP_ELEMENTS, linear_token_logprobs
+from losses.sampling import processed_logprobs, truncates
 
 
 CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MB in float32): bounds memory at any vocabulary size
 
 
-def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    """logit[target] - logsumexp(logits) for rows [N, V], targets [N], in float32."""
-    scaled = logits.float() / temperature
-    return scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int = 0,
+                    top_p: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / temperature)[target] for rows [N, V], targets [N], in float32; with top-k /
+    top-p, of the truncated distribution the sampler draws from (losses/sampling.py)."""
+    return processed_logprobs(logits.float() / temperature, targets, top_k, top_p)
 
 
 def _chunks(n_rows: int, vocab: int, chunk_elements: int):
@@ -28,32 +30,35 @@ def _plain_linear(head) -> bool:
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                   chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
-    """Log-prob of each target token under softmax(logits / temperature).
+                   chunk_elements: int = CHUNK_ELEMENTS, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Log-prob of each target token under softmax(logits / temperature), after top-k / top-p when set
+    (the sampler's processed distribution, losses/sampling.py).
 
     logits [B, T, V], targets [B, T] (already shifted: targets[:, t] is predicted by logits[:, t]).
     Returns [B, T] in float32, as logit[target] - logsumexp(logits), `chunk_elements` logits at a time:
     no float32 copy of the whole [B, T, V] exists (under autograd each chunk is recomputed in backward).
     """
-    return head_token_logprobs(logits, None, targets, temperature, chunk_elements)
+    return head_token_logprobs(logits, None, targets, temperature, chunk_elements, top_k=top_k, top_p=top_p)
 
 
 def head_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float = 1.0,
-                        chunk_elements: int = CHUNK_ELEMENTS, keep_elements: int = KEEP_ELEMENTS) -> torch.Tensor:
+                        chunk_elements: int = CHUNK_ELEMENTS, keep_elements: int = KEEP_ELEMENTS,
+                        top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Like `token_logprobs`, from hidden states [B, T, H] through `head` (the LM head, H → V), chunk by
     chunk: the [B, T, V] logits never exist at once (head=None: `hidden` already holds the logits).
     A plain linear head computes up to `keep_elements` logits in one piece and keeps their softmax
-    for backward instead of recomputing it (losses/linear_logprobs.py)."""
+    for backward instead of recomputing it (losses/linear_logprobs.py); with top-k / top-p the chunks
+    go through `processed_logprobs` instead (the fused path knows the full softmax only)."""
     shape = targets.shape
     flat, tgt = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     vocab = head.weight.shape[0] if head is not None else flat.shape[-1]
-    if _plain_linear(head):  # one reused logits buffer and one weight-gradient buffer: the fused path
-        rows = max(1, chunk_elements // vocab)
-        if flat.dtype != head.weight.dtype:  # e.g. a norm's float32 output before a 16-bit head
-            flat = flat.to(head.weight.dtype)
+    if _plain_linear(head) and flat.dtype != head.weight.dtype:  # e.g. a norm's float32 output before
+        flat = flat.to(head.weight.dtype)                        # a 16-bit head
+    if _plain_linear(head) and not truncates(top_k, top_p):  # the fused path: one reused logits buffer
+        rows = max(1, chunk_elements // vocab)                 # and one weight-gradient buffer
         return linear_token_logprobs(flat, head.weight, tgt, temperature, rows, keep_elements).view(shape)
-    fn = (lambda h, t: _chunk_logprobs(head(h), t, temperature)) if head is not None else (
-        lambda h, t: _chunk_logprobs(h, t, temperature))
+    fn = (lambda h, t: _chunk_logprobs(head(h), t, temperature, top_k, top_p)) if head is not None else (
+        lambda h, t: _chunk_logprobs(h, t, temperature, top_k, top_p))
     spans = _chunks(flat.shape[0], vocab, chunk_elements)
     recompute = torch.is_grad_enabled() and len(spans) > 1
     out = [checkpoint(fn, flat[lo:hi], tgt[lo:hi], use_reentrant=False) if recompute else fn(flat[lo:hi], tgt[lo:hi])

@@ -58,15 +58,18 @@ def is_right_padded(attention_mask: torch.Tensor | None) -> bool:
 
 
 def sequence_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                            temperature: float, with_hidden: bool = False, first_target: int = 0):
-    """Log-probs [B, L-1] of input_ids[:, 1:] under softmax(logits / temperature), float32; with
+                            temperature: float, with_hidden: bool = False, first_target: int = 0,
+                            top_k: int = 0, top_p: float = 1.0):
+    """Log-probs [B, L-1] of input_ids[:, 1:] under softmax(logits / temperature), float32 (after top-k /
+    top-p when set: the sampler's processed distribution, losses/sampling.py); with
     `with_hidden`, also the last hidden states [B, L, H] (a shared value head reads them).
     `first_target`: the LM head runs on target positions from this one on only (the batch's first
     completion token: prompt positions need no log-prob), and the columns before it are 0."""
     parts = decoder_and_head(model)
     if parts is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=with_hidden)
-        lp = token_logprobs(out.logits[:, first_target:-1], input_ids[:, first_target + 1:], temperature)
+        lp = token_logprobs(out.logits[:, first_target:-1], input_ids[:, first_target + 1:], temperature,
+                            top_k=top_k, top_p=top_p)
         lp = _pad_left(lp, first_target)
         return (lp, out.hidden_states[-1]) if with_hidden else lp
     decoder, head = parts
@@ -76,7 +79,8 @@ def sequence_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torc
         hidden = lean_llama.train_hidden(decoder, input_ids)
     else:
         hidden = hidden_states(decoder, input_ids, attention_mask)
-    lp = head_token_logprobs(hidden[:, first_target:-1], head, input_ids[:, first_target + 1:], temperature)
+    lp = head_token_logprobs(hidden[:, first_target:-1], head, input_ids[:, first_target + 1:], temperature,
+                             top_k=top_k, top_p=top_p)
     lp = _pad_left(lp, first_target)
     return (lp, hidden) if with_hidden else lp
 

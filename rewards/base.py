@@ -112,12 +112,13 @@ def safe_score(source: RewardSource, prompts, completions, examples) -> ScoreRep
 
 
 def clean(score) -> float | None:
-    """A finite float, or None for None/NaN/inf/anything that is not a real number."""
+    """A finite float, or None for None/NaN/inf/anything that is not a real number. Never raises: an int
+    past float's range (10**400: OverflowError) or an object whose __float__ fails is not a number."""
     if score is None or isinstance(score, bool):
         return None if score is None else float(score)
     try:
         value = float(score)
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - OverflowError, TypeError, ValueError, a broken __float__
         return None
     return value if math.isfinite(value) else None
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
+import os
+import sys
 import threading
 import traceback
 import time
@@ -24,23 +25,32 @@ from typing import Callable
 
 from rewards.base import RewardSource, ScoreReport
 from rewards.code_protocol import parse_protocol, passes, same  # noqa: F401 - same: re-exported
-from rewards.sandbox import RunResult, Sandbox
+from rewards.parsing import def_line, first_fence, head
+from rewards.sandbox import RunResult, Sandbox, SandboxUnavailable
 from tasks.base import Example
 
 HARNESS = Path(__file__).resolve().parent / "sandbox_harness.py"
 STALL_GRACE_S = 1.0  # beyond the harness's own per-test alarm, before a silent run is killed
-FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
+WALL_MARGIN = 2.0  # a test's wall backstop: per_test_seconds / (its fair CPU share) × this
+
+
+def per_test_wall_seconds(per_test_seconds: float, workers: int) -> float:
+    """The wall-clock backstop of a test limited to `per_test_seconds` of CPU: with `workers` busy sandboxes
+    sharing this machine's cores equally, each gets cores/workers of a core (at most one), and the margin
+    covers the trainer's own threads and other load."""
+    share = min(1.0, len(os.sched_getaffinity(0)) / workers)
+    return per_test_seconds / share * WALL_MARGIN
 
 
 def extract_program(completion: str, prompt: str, entry_point: str) -> str:
     """The code to run: the first ``` fenced block if any, else the completion; a completion that does
-    not define `entry_point` but continues a prompt that does (HumanEval style) is appended to it."""
-    m = FENCE.search(completion)
-    code = m.group(1) if m else completion
-    defines = re.compile(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", re.M)
-    if not defines.search(code) and defines.search(prompt):
-        return prompt[defines.search(prompt).start() :] + code
-    return code
+    not define `entry_point` but continues a prompt that does (HumanEval style) is appended to it. Reads
+    at most the first MAX_PARSED_CHARS of the completion, in linear time (rewards/parsing.py)."""
+    completion = head(completion)
+    fenced = first_fence(completion)
+    code = completion if fenced is None else fenced
+    start = def_line(prompt, entry_point) if def_line(code, entry_point) is None else None
+    return code if start is None else prompt[start:] + code
 
 
 def untested_example(examples: list[Example]) -> tuple[int, Example] | None:
@@ -58,15 +68,23 @@ class CodeExecReward(RewardSource):
 
     def __init__(self, name: str, sandbox: Callable[..., Sandbox], allow_weak_sandbox: bool,
                  per_test_seconds: float, workers: int, timeout_s: float):
-        self.name, self.per_test_seconds, self.workers = name, per_test_seconds, workers
-        self.timeout_s = timeout_s
+        self.name, self.per_test_seconds, self.timeout_s = name, per_test_seconds, timeout_s
         self.sandbox = sandbox(allow_weak=allow_weak_sandbox)  # raises SandboxUnavailable: refuse to start
+        self.cpu_isolation = getattr(getattr(self.sandbox, "cpu", None), "kind", None) or "serial"
+        # without a cpu cgroup per run, two concurrent sandboxes share the CPU per process, so a sample
+        # could slow its neighbour by forking spinners: one run at a time, so it only slows itself
+        self.workers = workers if self.cpu_isolation != "serial" else 1
+        if self.workers != workers:
+            why = getattr(getattr(self.sandbox, "cpu", None), "why", None)
+            print(f"[code_exec] reward.workers={workers}: running one sandbox at a time, since no cpu cgroup "
+                  f"can be made here ({why}); see docs/rewards.md", file=sys.stderr)
         if timeout_s < self.sandbox.wall_seconds + 2:
             raise ValueError(f"reward.timeout_s={timeout_s} must exceed reward.sandbox.wall_seconds + 2 = "
                              f"{self.sandbox.wall_seconds + 2}: a batch must fit at least one run")
-        # the harness prints a line per test within per_test_seconds (the first after loading, too):
-        # silence past this means the code defeated the in-process alarm, so the run is killed
-        self.stall_seconds = 2 * per_test_seconds + STALL_GRACE_S
+        # the harness prints a line per test within its wall backstop (the first after loading, too):
+        # silence past this means the code defeated the in-process alarms, so the run is killed
+        self.test_wall_seconds = per_test_wall_seconds(per_test_seconds, self.workers)
+        self.stall_seconds = 2 * self.test_wall_seconds + STALL_GRACE_S
         self.version = f"2:{self.sandbox.backend}"
         self._lock = threading.Lock()
         self.counts = {"runs": 0, "all_passed": 0, "timeouts": 0, "test_timeouts": 0, "stalled": 0,
@@ -106,8 +124,13 @@ class CodeExecReward(RewardSource):
         if time.monotonic() > deadline:
             self._count("skipped_deadline")
             return None, "batch deadline passed before this sample ran"
+        try:  # the file holding the expected outputs, however the task was loaded, must be out of reach
+            self.sandbox.protect_file(example.meta.get("source_file"))
+        except SandboxUnavailable as e:
+            self._count("launch_failures")
+            return None, str(e)
         spec = {"entry_point": entry, "inputs": [json.dumps(t["args"]) for t in tests],
-                "per_test_seconds": self.per_test_seconds}
+                "per_test_seconds": self.per_test_seconds, "per_test_wall_seconds": self.test_wall_seconds}
         files = {"harness.py": HARNESS.read_text(), "spec.json": json.dumps(spec),
                  "solution.py": extract_program(completion, prompt, entry)}
         return self.judge(self.sandbox.run(files, ["harness.py"], idle_seconds=self.stall_seconds), tests)
@@ -140,6 +163,7 @@ class CodeExecReward(RewardSource):
 
     def stats(self) -> dict:
         runs = self.counts["runs"]
-        out = {"sandbox/backend": self.sandbox.backend, **{f"sandbox/{k}": v for k, v in self.counts.items()},
+        out = {"sandbox/backend": self.sandbox.backend, "sandbox/cpu_isolation": self.cpu_isolation,
+               **{f"sandbox/{k}": v for k, v in self.counts.items()},
                "sandbox/seconds_mean": self.seconds / runs if runs else 0.0}
         return out

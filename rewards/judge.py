@@ -10,13 +10,16 @@ from typing import Callable
 
 from generators.base import completion_texts, stop_ids
 from rewards.base import RewardSource
+from rewards.parsing import head
 from tasks.base import encode_prompt
 
 
 def parse_score(text: str, pattern: str, low: float, high: float) -> float | None:
     """The first match of `pattern` (its first group, else the whole match) as a number in [low, high],
-    rescaled to [0, 1]; None (abstain) if nothing matches or the number is out of range."""
-    m = re.search(pattern, text)
+    rescaled to [0, 1]; None (abstain) if nothing matches or the number is out of range. Only the first
+    MAX_PARSED_CHARS characters are searched; `pattern` (the config's) should not backtrack (the default,
+    a number, does not)."""
+    m = re.search(pattern, head(text))
     if m is None:
         return None
     try:

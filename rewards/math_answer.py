@@ -9,6 +9,7 @@ import re
 from fractions import Fraction
 
 from rewards.base import RewardSource
+from rewards.parsing import tail
 from tasks.base import Example
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
@@ -32,7 +33,9 @@ def last_boxed(text: str) -> str | None:
 
 def extract_answer(completion: str) -> str:
     """\\boxed{} if present, else the text after the last 'answer is/:', else the last number, else the
-    first line."""
+    first line; of the completion's last MAX_PARSED_CHARS characters (its final answer is at its end). Every
+    pattern here is linear: no two adjacent quantifiers can take the same characters."""
+    completion = tail(completion)
     boxed = last_boxed(completion)
     if boxed is not None:
         return boxed

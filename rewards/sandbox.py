@@ -8,11 +8,12 @@ Backends, best first (`backend=auto` takes the first that works on this host):
   rlimits  resource limits only: no isolation. Refused unless allow_weak=True.
 Every backend also gets rlimits (CPU, address space, processes, file size, open files, no core dumps), an
 empty environment, a new session, a wall-clock timeout that kills the whole process tree, a cap on the
-output read back, and death with the trainer (rewards/sandbox_proc.py). A namespace backend refuses to
-start if the project or a `protect`ed path (the task file) would be visible inside. When the trainer runs
-as root, each run gets its own unprivileged uid/gid from RUN_UIDS (no account, no files, no
-capabilities; no two runs of this process share one), so its RLIMIT_NPROC budget is its alone: a fork
-bomb in one sandbox cannot starve another, nor any real user's processes.
+output read back, death with the trainer (rewards/sandbox_proc.py), and a cpu cgroup of its own where
+one can be made, so its processes together get one run's share of the CPU (rewards/sandbox_cgroup.py).
+A namespace backend refuses to start if the project or a `protect`ed path (the task file) would be
+visible inside. When the trainer runs as root, each run gets its own unprivileged uid/gid from RUN_UIDS
+(no account, no files, no capabilities; no two runs of this process share one), so its RLIMIT_NPROC
+budget is its alone: a fork bomb in one sandbox cannot starve another, nor any real user's processes.
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewards.sandbox_mounts import PROJECT, Mounts, MountError, interpreter_mounts, refuse_if_exposed
+from rewards.sandbox_cgroup import CpuGroups
+from rewards.sandbox_cgroup import join as join_cgroup
+from rewards.sandbox_mounts import PROJECT, MountError, Mounts, interpreter_mounts, refuse_if_exposed
 from rewards.sandbox_proc import (die_with_parent, kill_tree, make_run_dir, read_bounded,
                                   remove_stale_run_dirs, tasks_of_uid)
 
@@ -76,8 +79,10 @@ class Sandbox:
         self.max_output = max_output_kb * 1024
         self.protect = [str(PROJECT)] + [str(p) for p in protect or () if p]
         self.as_root = os.geteuid() == 0
+        self._checked: set[str] = set()  # files protect_file found out of reach
         self.backend = self._choose(backend, allow_weak)
         remove_stale_run_dirs()  # the model's code left by a trainer that was killed mid-run
+        self.cpu = CpuGroups()  # a cpu cgroup per run where one can be made (and stale ones removed)
 
     # ------------------------------------------------------------------ choosing a backend
     def _choose(self, wanted: str, allow_weak: bool) -> str:
@@ -100,11 +105,18 @@ class Sandbox:
             f"{lead}. Model-written code would run with only resource limits: refusing to start. Set "
             "reward.allow_weak_sandbox=true to accept that (never on a machine with secrets).")
 
-    def _refuse_if_exposed(self) -> None:
+    def _refuse_if_exposed(self, paths: list[str] | None = None) -> None:
         try:
-            refuse_if_exposed(self.protect, interpreter_mounts(self.python))
+            refuse_if_exposed(self.protect if paths is None else paths, interpreter_mounts(self.python))
         except MountError as e:
             raise SandboxUnavailable(str(e)) from None
+
+    def protect_file(self, path: str | None) -> None:
+        """Raise SandboxUnavailable if `path` (a task file, however it was loaded) lies under what a
+        namespace backend mounts; checked once per path. The `protect` paths were checked at start."""
+        if path and self.backend in ("bwrap", "unshare") and path not in self._checked:
+            self._refuse_if_exposed([path])
+            self._checked.add(path)
 
     # ------------------------------------------------------------------ running
     def run(self, files: dict[str, str], argv: list[str], idle_seconds: float | None = None) -> RunResult:
@@ -115,9 +127,10 @@ class Sandbox:
         token = uuid.uuid4().hex
         if self.backend == "unshare":
             files = files | {"sandbox_init.py": (HERE / "sandbox_init.py").read_text()}
-        root, uid = make_run_dir(), None
+        root, uid, group = make_run_dir(), None, None
         try:
             uid = take_uid() if self.as_root else None
+            group = self.cpu.create(root.name) if self.cpu is not None else None
             code = root / "code"
             code.mkdir()
             for name, text in files.items():
@@ -125,9 +138,11 @@ class Sandbox:
             for p in (root, code, *code.iterdir()):
                 p.chmod(0o755 if p.is_dir() else 0o644)
             cmd, cwd = self._command(root, code, [argv[0], *argv[1:], token], uid)
-            return self._execute(cmd, cwd, token, str(root), uid, idle_seconds)
+            return self._execute(cmd, cwd, token, str(root), uid, group, idle_seconds)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+            if group is not None:
+                self.cpu.remove(group)
             release_uid(uid)
 
     def _command(self, root: Path, code: Path, argv: list[str], uid: int | None) -> tuple[list[str], str]:
@@ -157,13 +172,12 @@ class Sandbox:
                 "--nofile=64", "--core=0", "--"]
 
     def _execute(self, cmd: list[str], cwd: str, token: str, root: str, uid: int | None,
-                 idle: float | None) -> RunResult:
+                 group: Path | None, idle: float | None) -> RunResult:
         start = time.monotonic()
-        kw = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                                    preexec_fn=die_with_parent, **kw)
+                                    preexec_fn=functools.partial(enter_run, group, uid))
         except (OSError, subprocess.SubprocessError) as e:  # e.g. a tool vanished: this run did not start
             return RunResult(b"", f"{type(e).__name__}: {e}".encode(), None, 0.0, False, False, token, root)
         out, err, timed_out, limited, stalled = read_bounded(proc, start + self.wall_seconds, self.max_output,
@@ -171,6 +185,19 @@ class Sandbox:
         kill_tree(proc)
         return RunResult(out, err, proc.returncode, time.monotonic() - start, timed_out, limited, token, root,
                          stalled)
+
+
+def enter_run(group: Path | None, uid: int | None) -> None:
+    """Popen preexec_fn, in the child before exec: join the run's cpu cgroup (while still root: cgroup v2
+    lets only the common ancestor's owner move a process), take the run's uid and no groups, then
+    die_with_parent (after the uid change, which would clear it)."""
+    if group is not None:
+        join_cgroup(group)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    die_with_parent()
 
 
 def take_uid() -> int:
@@ -208,7 +235,7 @@ def unshare_args(python: str, mounts: Mounts, root: str, code: str, tmpfs_mb: in
     cfg = {"root": root, "ro_binds": list(mounts.paths), "links": dict(mounts.links), "code": code,
            "tmpfs_bytes": tmpfs_mb * 1024 * 1024, "argv": inner}
     return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--pid", "--net",
-            "--ipc", "--uts", "--fork", "--kill-child", "--", python, "-I", "-S",
+            "--ipc", "--uts", "--cgroup", "--fork", "--kill-child", "--", python, "-I", "-S",
             f"{code}/sandbox_init.py", json.dumps(cfg)]
 
 
@@ -221,7 +248,7 @@ def probe(backend: str, python: str, as_root: bool) -> str | None:
     box = Sandbox.__new__(Sandbox)  # the real run path, with fixed small limits
     box.python, box.backend, box.as_root = python, backend, as_root
     box.cpu_seconds, box.memory_mb, box.max_processes, box.max_file_mb = 5, 512, 16, 1
-    box.tmpfs_mb, box.wall_seconds, box.max_output = 1, 20, 4096
+    box.tmpfs_mb, box.wall_seconds, box.max_output, box.cpu = 1, 20, 4096, None
     try:
         result = box.run({"probe.py": "import os; print('ok', os.getuid())"}, ["probe.py"])
     except MountError as e:

@@ -3,10 +3,16 @@ on each test input, and report each return value. It never sees the expected out
 compares them (rewards/code_exec.py), so a solution cannot forge a pass without computing the answer.
 
 Files next to this script: spec.json {"entry_point", "inputs": [json text of the argument list, ...],
-"per_test_seconds"} and solution.py. Protocol, one line each on the original stdout (the solution's own
-prints go to stderr):  @@READY@@ | @@RESULT@@ <i> <json> | @@ERROR@@ <i|load> <ExceptionType> | @@DONE@@
+"per_test_seconds", "per_test_wall_seconds"} and solution.py. Protocol, one line each on the original
+stdout (the solution's own prints go to stderr):
+    @@READY@@ | @@RESULT@@ <i> <json> | @@ERROR@@ <i|load> <ExceptionType> | @@DONE@@
 
-The per-test alarm repeats every RETRY_S after it first fires, until the test ends: a TestTimeout that
+Each test (and loading the solution) is limited in CPU time, `per_test_seconds` of this process's own CPU
+(ITIMER_PROF, SIGPROF): a test is not failed because other processes (another sample's, the trainer's)
+took the CPU while it waited. A wall-clock backstop, `per_test_wall_seconds` (ITIMER_REAL, SIGALRM, set
+by the parent with room for sharing the CPU), ends a test that sleeps or waits instead of computing.
+
+Each alarm repeats every RETRY_S (of its own clock) after it first fires, until the test ends: a TestTimeout that
 was lost (a solution recursing at its limit turns the handler call into a RecursionError, which it may
 catch) is raised again, so such a test ends about when its time is up. sys.setrecursionlimit is capped
 at MAX_RECURSION, so a solution that raises the limit and recurses until it fails gets its RecursionError
@@ -42,19 +48,24 @@ def cap_recursion_limit() -> None:
     sys.setrecursionlimit = capped
 
 
-def guarded(call, seconds: float):
-    """("ok", call()) or ("error", exception name), under the alarm; never raises, the alarm is off after.
-    `_armed[0] = False` comes first in each exit path, before any call (where a pending alarm could run)."""
-    signal.signal(signal.SIGALRM, _alarm)  # again each time: the solution may have replaced it
+def guarded(call, seconds: tuple[float, float]):
+    """("ok", call()) or ("error", exception name), under the CPU alarm and the wall backstop; never raises,
+    both are off after. `_armed[0] = False` comes first in each exit path, before any call (where a
+    pending alarm could run)."""
+    cpu_seconds, wall_seconds = seconds
+    signal.signal(signal.SIGPROF, _alarm)  # again each time: the solution may have replaced them
+    signal.signal(signal.SIGALRM, _alarm)
     try:
         _armed[0] = True
-        signal.setitimer(signal.ITIMER_REAL, seconds, RETRY_S)
+        signal.setitimer(signal.ITIMER_PROF, cpu_seconds, RETRY_S)
+        signal.setitimer(signal.ITIMER_REAL, wall_seconds, RETRY_S)
         value = call()
         _armed[0] = False
         outcome = ("ok", value)
     except BaseException as e:  # noqa: BLE001 - any failure is the solution's
         _armed[0] = False
         outcome = ("error", type(e).__name__)
+    signal.setitimer(signal.ITIMER_PROF, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     return outcome
 
@@ -71,7 +82,7 @@ def main() -> None:
     with open(os.path.join(HERE, "solution.py")) as f:
         source = f.read()
     say("@@READY@@")
-    seconds = float(spec["per_test_seconds"])
+    seconds = float(spec["per_test_seconds"]), float(spec["per_test_wall_seconds"])
     cap_recursion_limit()
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
 

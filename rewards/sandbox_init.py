@@ -1,8 +1,9 @@
 """Sandbox set-up for the `unshare` backend (stdlib only): runs as uid 0 of a fresh user namespace and
-PID 1 of fresh mount/pid/net/ipc/uts namespaces made by `unshare(1)`; builds a minimal root, pivots into
-it, drops every capability and execs the harness. What bubblewrap does, for hosts without bwrap.
+PID 1 of fresh mount/pid/net/ipc/uts/cgroup namespaces made by `unshare(1)`; starts a new session (its own
+process group, like bwrap --new-session), builds a minimal root, pivots into it, drops every capability
+and execs the harness. What bubblewrap does, for hosts without bwrap.
 
-    unshare --user --map-root-user --mount --pid --net --ipc --uts --fork --kill-child -- \
+    unshare --user --map-root-user --mount --pid --net --ipc --uts --cgroup --fork --kill-child -- \
         python3 -I -S sandbox_init.py '<json config>'
 
 config: root (an empty host dir used as mount point), ro_binds (host dirs or files, mounted read-only at
@@ -93,6 +94,8 @@ def drop_privileges() -> None:
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
+    os.setsid()  # a session and process group of the sandbox's own: kill(0, ...) inside cannot reach the
+    # host-side launcher (unshare, in the trainer-made group), and no terminal is reachable
     socket.sethostname("sandbox")  # our own uts namespace: the host's name is not shown
     build_root(cfg)
     drop_privileges()

@@ -119,15 +119,70 @@ def drain(sel: selectors.BaseSelector, bufs: dict, cap: int) -> None:
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL the sandbox's process group. With bwrap/unshare the sandboxed PID 1 is killed with its
-    parent (die-with-parent / kill-child), and the kernel then kills everything in its pid namespace."""
+    """SIGKILL the launcher's process group and every process below it, then wait for the launcher and
+    reap those of its descendants that were handed to this process: a trainer that is PID 1 (a
+    container's init) or a child subreaper inherits the sandbox's PID 1 when its launcher dies first, and
+    would otherwise keep it as a zombie, one per killed run. With bwrap/unshare the kernel kills the rest of
+    the sandbox's pid namespace with its PID 1."""
+    tree = descendants(proc.pid)  # before the launcher dies: its children are still its own
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for pid, started in tree.items():
+        if (stat := proc_stat(pid)) and stat[2] == started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
     proc.wait()
+    reap_inherited(tree)
     for f in (proc.stdout, proc.stderr):
         f.close()
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time) from /proc/<pid>/stat; None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after "(comm)", which may contain spaces
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def descendants(root: int) -> dict[int, int]:
+    """pid → start time of every process below `root` (host pids), from /proc/<pid>/task/*/children."""
+    found, frontier = {}, [root]
+    while frontier:
+        pid = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                kids = [int(k) for k in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+            except OSError:
+                kids = []
+            for kid in kids:
+                if kid not in found and (stat := proc_stat(kid)):
+                    found[kid] = stat[2]
+                    frontier.append(kid)
+    return found
+
+
+def reap_inherited(tree: dict[int, int]) -> None:
+    """waitpid each process of `tree` (pid → start time) that is now this process's child: only those, so
+    no other subprocess's exit status is taken. They were SIGKILLed, so each wait is short."""
+    me = os.getpid()
+    for pid, started in tree.items():
+        stat = proc_stat(pid)
+        if stat is not None and stat[1] == me and stat[2] == started:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
 
 def tasks_of_uid(uid: int) -> int:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:  # annotations only: unpickling an Example (a reward worker process) needs no transformers
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)

@@ -68,15 +68,18 @@ def check_regular_file(p: Path, error: type[Exception] = DataFileError) -> None:
 
 
 def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
+    """The file's examples; each one's meta keeps the file's real path as `source_file` (a sandbox running
+    code against it checks that the file is out of the code's reach) and `file:line` as `origin`."""
     p = Path(path)
     check_regular_file(p)
-    examples = []
+    examples, source = [], str(p.resolve())
     for lineno, row in read_jsonl_objects(p):
         for key in (prompt_key, answer_key):
             if not isinstance(row.get(key), str) or not row[key].strip():
                 raise DataFileError(f"{path}:{lineno}: missing or empty string field {key!r}")
         meta = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
-        examples.append(Example(row[prompt_key], row[answer_key], meta | {"origin": f"{p.name}:{lineno}"}))
+        where = {"origin": f"{p.name}:{lineno}", "source_file": source}
+        examples.append(Example(row[prompt_key], row[answer_key], meta | where))
     if not examples:
         raise DataFileError(f"{path}: no examples")
     return examples

@@ -83,3 +83,55 @@ def test_bpe_chat_model_sft_then_grpo_stops_at_the_turn_end(tmp_path):
         assert float(r["rollout/eos_frac"]) + float(r["rollout/truncated_frac"]) == pytest.approx(1.0)
     saved = AutoModelForCausalLM.from_pretrained(out / "policy", local_files_only=True)
     assert saved.generation_config.eos_token_id == policy.generation_config.eos_token_id  # kept for serving
+
+
+def test_bpe_chat_model_grpo_with_top_k_top_p_sees_fresh_data_as_on_policy(tmp_path):
+    """Issue 19's done-when through `python train.py`: a fresh-data GRPO step with temperature 0.7,
+    top_p 0.7 and top_k 20 logs ratio 1 ± 1e-4, ESS ≥ 0.9999 and no clipped token (the trainer used to
+    score the full softmax: ratio ≈ 0.7, ESS ≈ 0.5, half the tokens clipped)."""
+    model_dir, sums = tmp_path / "chat", tmp_path / "sums.jsonl"
+    chat_model(model_dir)
+    write_sums(sums)
+    out = tmp_path / "run"
+    proc = train("algorithm=grpo", "model=hf", f"model.name_or_path={model_dir}", "task=jsonl",
+                 f"task.train_path={sums}", "task.chat=true", "task.num_heldout=8", "trainer.max_steps=1",
+                 "data.prompts_per_round=4", "data.batch_size=16", "data.micro_batch_size=8",
+                 "algorithm.group_size=4", "generator.max_new_tokens=6", "generator.temperature=0.7",
+                 "generator.top_p=0.7", "generator.top_k=20", "callbacks.evaluate.num_examples=8",
+                 "callbacks.progress.refresh_rate=0", "logger=csv", "reward=function",
+                 "reward.fn._target_=tests.helpers.char_sum_scores", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = [r for r in csv.DictReader((out / "csv" / "grpo" / "metrics.csv").open()) if r.get("train/ratio_mean")]
+    assert len(steps) == 1
+    assert float(steps[0]["train/ratio_mean"]) == pytest.approx(1.0, abs=1e-4)
+    assert float(steps[0]["train/ratio_max"]) == pytest.approx(1.0, abs=1e-4)
+    assert float(steps[0]["train/ess_frac"]) >= 0.9999 and float(steps[0]["train/clip_frac"]) == 0.0
+
+
+def test_bpe_chat_model_lora_sft_then_grpo_then_the_next_run_from_policy(tmp_path):
+    """The chain a user of the BPE chat model takes: SFT → GRPO with a LoRA adapter in one run, whose
+    policy/ (the adapter alone) is the next run's `model.name_or_path` (model.adapter=continue: the same
+    adapter keeps training, the original base stays the reference)."""
+    model_dir, sums = tmp_path / "chat", tmp_path / "sums.jsonl"
+    chat_model(model_dir)
+    write_sums(sums)
+    common = ("model=hf", "task=jsonl", f"task.train_path={sums}", "task.chat=true", "task.num_heldout=8",
+              "callbacks.evaluate.num_examples=8", "callbacks.progress.refresh_rate=0", "logger=none",
+              "generator.max_new_tokens=6", "data.prompts_per_round=4", "data.batch_size=16",
+              "algorithm.group_size=4", "algorithm.scheduler.num_warmup_steps=0", "algorithm.optimizer.lr=1e-2",
+              "reward=function", "reward.fn._target_=tests.helpers.char_sum_scores")  # rewards that vary
+    first, second = tmp_path / "run1", tmp_path / "run2"
+    proc = train(f"model.name_or_path={model_dir}", *common, "trainer.max_steps=2",
+                 "model.lora={r: 4, lora_alpha: 8, target_modules: all-linear}", f"hydra.run.dir={first}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((first / "summary.json").read_text())
+    assert summary["sft"]["train/steps"] == summary["grpo"]["train/steps"] == 2
+    adapter = json.loads((first / "policy" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str(model_dir)
+    proc = train("algorithm=grpo", f"model.name_or_path={first / 'policy'}", *common, "trainer.max_steps=1",
+                 f"hydra.run.dir={second}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((second / "summary.json").read_text())["grpo"]["train/steps"] == 1
+    from safetensors.torch import load_file
+    before, after = (load_file(d / "policy" / "adapter_model.safetensors") for d in (first, second))
+    assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)

@@ -42,12 +42,15 @@ class PolicyModule(L.LightningModule):
 
     def __init__(self, name: str, default_data: str, policy: PreTrainedModel,
                  tokenizer: PreTrainedTokenizerBase, optimizer: Callable, scheduler: Callable | None,
-                 temperature: float, max_nonfinite: int, max_grad_norm: float | None):
+                 temperature: float, max_nonfinite: int, max_grad_norm: float | None,
+                 top_k: int = 0, top_p: float = 1.0):
         super().__init__()
         self.algorithm_name, self.default_data = name, default_data
         self.policy, self.tokenizer = policy, tokenizer
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.temperature = temperature
+        self.top_k, self.top_p = top_k, top_p  # rollout algorithms: the sampler's, so that log-probs are of
+                                               # the distribution sampled from (losses/sampling.py)
         self.max_nonfinite, self.nonfinite = max_nonfinite, 0
         self.max_grad_norm = max_grad_norm  # clipped in training_step (Lightning's own clipping needs
                                             # automatic optimization)
@@ -136,10 +139,11 @@ class PolicyModule(L.LightningModule):
 
     # ---- forward passes -------------------------------------------------------------------------
     def sequence_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> torch.Tensor:
-        """Per-token log-probs [B, T] of batch.input_ids[:, 1:] under `model` at the sampling temperature
-        (float32; the [B, T, vocab] logits are never held at once: models/forward.py)."""
+        """Per-token log-probs [B, T] of batch.input_ids[:, 1:] under `model` at the sampling temperature,
+        top-k and top-p (float32; the [B, T, vocab] logits are never held at once: models/forward.py)."""
         return sequence_token_logprobs(model, batch.input_ids, batch.attention_mask, self.temperature,
-                                       first_target=first_target(batch.completion_mask))
+                                       first_target=first_target(batch.completion_mask),
+                                       top_k=self.top_k, top_p=self.top_p)
 
     @contextmanager
     def reference_model(self):

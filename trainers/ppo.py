@@ -86,7 +86,8 @@ class PPOModule(RolloutModule):
     def shared_forward(self, batch: ExperienceBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Shared critic: one forward of the policy → (token log-probs, values [B, T])."""
         logp, hidden = sequence_token_logprobs(self.policy, batch.input_ids, batch.attention_mask,
-                                               self.temperature, with_hidden=True)
+                                               self.temperature, with_hidden=True,
+                                               top_k=self.top_k, top_p=self.top_p)
         return logp, self.critic(batch.input_ids, batch.attention_mask, hidden_states=hidden)
 
     def values(self, batch: ExperienceBatch) -> torch.Tensor:

@@ -19,8 +19,11 @@ from transformers.generation.logits_process import TopPLogitsWarper  # noqa: E40
 from generators.base import stop_ids  # noqa: E402
 from generators.hf import HFGenerator  # noqa: E402
 from generators.vllm import VLLMGenerator, check_vllm_available, cut_at_stop  # noqa: E402
+from losses.correction import importance_diagnostics  # noqa: E402
+from models.forward import sequence_token_logprobs  # noqa: E402
 from models.bpe import IM_END  # noqa: E402
 from models.tiny import build_tiny  # noqa: E402
+from tests.generators.test_behaviour_policy import behaviour_on_targets, right_padded  # noqa: E402
 from tests.generators.test_stop_ids import chat_prompts  # noqa: E402
 from tests.helpers import chat_model, force_stop_after  # noqa: E402
 
@@ -91,6 +94,26 @@ def test_contract_and_logprobs_equal_a_policy_forward(gen, tiny, temperature, to
     assert ended and any(len(c) == MAX_NEW and c[-1] != tok.eos_token_id for c in out.completions)
     assert max_error(out.logprobs, reference_logprobs(policy, prompts, out.completions,
                                                       temperature, top_p)) < TOL
+
+
+@pytest.mark.parametrize("temperature,top_p,top_k", [(0.7, 0.7, 20), (1.0, 1.0, 20), (1.3, 0.5, 5)])
+def test_fresh_samples_have_ratio_one_under_the_trainers_logprobs(gen, tiny, temperature, top_p, top_k):
+    """vLLM's processed log-probs (temperature, top-k, top-p) are what the trainer scores
+    (losses/sampling.py): ratio 1 ± 1e-4 and ESS ≥ 0.9999 on fresh samples (issue 19's done-when)."""
+    policy, tok = tiny
+    prompts = make_prompts(tok)
+    gen.temperature, gen.top_p, gen.top_k = temperature, top_p, top_k
+    try:
+        torch.manual_seed(0)
+        out = gen.sample(policy, tok, prompts)
+    finally:
+        gen.temperature, gen.top_p, gen.top_k = 1.0, 1.0, 0
+    ids, mask, targets = right_padded(prompts, out.completions, tok.pad_token_id)
+    with torch.no_grad():
+        logp = sequence_token_logprobs(policy.eval(), ids, mask, temperature, top_k=top_k, top_p=top_p)
+    d = importance_diagnostics(logp, behaviour_on_targets(out.logprobs, targets), targets)
+    assert abs(d["ratio_mean"].item() - 1) < TOL and abs(d["ratio_max"].item() - 1) < TOL, d
+    assert d["ess_frac"].item() >= 0.9999, d
 
 
 def test_greedy_matches_hf_with_zero_logprobs(gen, tiny):

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 
 from generators.hf import sample_token, sample_tokens
 from generators import hf as generation
+from losses.sampling import truncate
 from models import lean_llama
 from models.forward import is_right_padded, sequence_token_logprobs
 
@@ -195,7 +196,7 @@ def test_sample_token_draws_as_log_softmax_and_multinomial():
             torch.manual_seed(seed)
             scores = logits / 0.8
             if top_p < 1.0:
-                scores = generation.top_p_filter(scores, top_p)
+                scores = truncate(scores, 0, top_p)
             want = scores.log_softmax(-1)
             old = torch.multinomial(want.exp(), 1).squeeze(-1)
             assert torch.equal(token, old)

@@ -210,7 +210,7 @@ def test_sampling_loop_greedy_equals_transformers_generate():
 def test_generation_keeps_one_step_of_logits_and_top_p_logprobs_are_the_filtered_distribution():
     """Every head call during sampling returns [B, 1, V] (never [B, new tokens, V]); with top_p=0.5
     each sampled token lies inside the nucleus and its log-prob is log_softmax(top_p(logits / T))."""
-    from generators.hf import top_p_filter
+    from losses.sampling import truncate
     model, tok = tiny_model(seed=4)
     shapes = []
     handle = model.lm_head.register_forward_hook(lambda m, i, o: shapes.append(tuple(o.shape)))
@@ -225,7 +225,7 @@ def test_generation_keeps_one_step_of_logits_and_top_p_logprobs_are_the_filtered
         ids = torch.tensor([p + c])
         with torch.no_grad():
             logits = model.eval()(ids).logits[0, len(p) - 1: len(p) - 1 + len(c)] / 0.8
-        filtered = top_p_filter(logits, 0.5).log_softmax(-1)
+        filtered = truncate(logits, 0, 0.5).log_softmax(-1)
         want = filtered.gather(-1, torch.tensor(c).unsqueeze(-1)).squeeze(-1)
         assert torch.isfinite(want).all() and torch.allclose(torch.tensor(lp), want, atol=1e-4)
 

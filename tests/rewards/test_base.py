@@ -2,6 +2,7 @@
 (counted, first error kept) and never the run, and never stalls longer than its timeout."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -10,6 +11,7 @@ import pytest
 from rewards.base import RewardSource, ScoreReport, call_with_timeout, ScoreTimeout, clean, safe_score
 from rewards.verifier import ExactMatchVerifier, FunctionReward
 from tasks.base import Example
+from tests.rewards.user_functions import hangs_on_five, spins_on_five
 
 EX = [Example("1+1=", "2"), Example("2+2=", "4"), Example("3+3=", "6")]
 PROMPTS, COMPLETIONS = [e.prompt for e in EX], ["2", "5", "6"]
@@ -104,12 +106,6 @@ def tiny_reward(prompts, completions, examples):
     return [float(len(c)) for c in completions]
 
 
-def hangs_on_five(prompts, completions, examples):
-    if completions[0] == "5":
-        time.sleep(5)
-    return [1.0 for _ in completions]
-
-
 def test_function_reward_from_config(hydra_conf):
     from hydra.utils import instantiate
     cfg = hydra_conf(["reward=function", "reward.fn._target_=tests.rewards.test_base.tiny_reward",
@@ -119,15 +115,55 @@ def test_function_reward_from_config(hydra_conf):
     assert safe_score(source, PROMPTS, ["a", "bb", ""], EX).scores == [1.0, 2.0, 0.0]
 
 
-def test_function_reward_per_sample_timeout_abstains_from_the_hung_sample_on():
-    source = FunctionReward("fn", "1", hangs_on_five, per_sample_timeout_s=0.2, timeout_s=10)
-    start = time.monotonic()
+def test_function_reward_per_sample_timeout_abstains_on_the_hung_sample_alone():
+    source = FunctionReward("fn", "1", hangs_on_five, per_sample_timeout_s=0.5, timeout_s=30)
     report = safe_score(source, PROMPTS, COMPLETIONS, EX)
-    assert time.monotonic() - start < 2.0
-    assert report.scores == [1.0, None, None] and report.timeouts == 1
+    assert report.scores == [1.0, None, 1.0] and report.timeouts == 1  # its worker killed, a new one scores on
     assert "sample 1 timed out" in report.first_error
+
+
+def test_a_per_sample_timeout_leaves_no_thread_or_process_running():
+    """Each hang used to abandon a spinning thread (8 steps: 91 s instead of 4 s, no error): now the worker
+    process running the call is killed, and nothing is left after any batch."""
+    source = FunctionReward("spin", "1", spins_on_five, per_sample_timeout_s=0.5, timeout_s=30)
+    threads = set(threading.enumerate())
+    for _ in range(2):
+        report = safe_score(source, PROMPTS, COMPLETIONS, EX)
+        assert set(threading.enumerate()) <= threads  # no thread left behind
+        assert report.scores == [1.0, None, None] and report.timeouts == 1 and report.errors == 1
+        assert source.worker.proc is None or source.worker.proc.poll() is None  # at most the idle worker
+    pid = source.worker.proc.pid
+    source.worker.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, 0)  # already reaped: not a zombie, not running
+
+
+def test_per_sample_mode_errors_name_the_sample_and_the_error():
+    source = FunctionReward("spin", "1", spins_on_five, per_sample_timeout_s=0.5, timeout_s=30)
+    report = source.score_report(["p"], ["6"], EX[:1])
+    assert report.scores == [None] and report.first_error == "spin: sample 0: ZeroDivisionError: six"
+
+
+def test_per_sample_mode_needs_a_picklable_fn_and_room_in_the_batch():
+    with pytest.raises(ValueError, match="reward.fn .* worker process"):
+        FunctionReward("fn", "1", lambda p, c, e: [1.0], per_sample_timeout_s=1.0, timeout_s=30)
+    with pytest.raises(ValueError, match="reward.per_sample_timeout_s=30 must be below reward.timeout_s"):
+        FunctionReward("fn", "1", hangs_on_five, per_sample_timeout_s=30, timeout_s=30)
 
 
 def test_function_reward_refuses_a_non_callable():
     with pytest.raises(TypeError, match="reward.fn"):
         FunctionReward("fn", "1", "not a function", None, 10)
+
+
+class BadFloat:
+    def __float__(self):
+        raise ZeroDivisionError("no float here")
+
+
+@pytest.mark.parametrize("bad", [10**400, -(10**400), BadFloat()], ids=["1e400", "-1e400", "broken__float__"])
+def test_a_score_float_cannot_hold_costs_only_that_sample(bad):
+    """float(10**400) raises OverflowError: safe_score ("never raises") must turn it into an abstain."""
+    report = safe_score(Fixed([1.0, bad, 0.0]), PROMPTS, COMPLETIONS, EX)
+    assert report.scores == [1.0, None, 0.0]
+    assert report.abstained == 1 and report.errors == 1 and "non-finite" in report.first_error

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 
 import pytest
 
@@ -60,31 +59,31 @@ def test_an_error_while_scoring_one_sample_abstains_on_it_alone(backend, monkeyp
     assert rew.stats()["sandbox/scoring_errors"] == 1
 
 
-# name → (program, seconds it may take: per_test_seconds=1 per test, or the stall limit 2 * 1 + 1)
+# name → (program, tests ended by the per-test alarm). Each test has per_test_seconds=1 of CPU time (issue
+# 20: CPU, not wall, so the time it takes depends on the machine's load: no timing is asserted); what
+# ends each run is: the repeating alarm, an early RecursionError, or the stall limit, never the wall clock.
 RECURSE = {
     # the alarm's handler cannot run at the recursion limit: its RecursionError was caught here, the
     # TestTimeout lost, and the test ran until the CPU limit or the wall clock (now: the alarm repeats)
     "catches_RecursionError_and_recurses_again": (
-        "def f(x):\n    try:\n        return f(x)\n    except RecursionError:\n        return f(x)\n", 4.0),
-    # frames on the heap until memory runs out (now: the limit is capped, RecursionError in ms)
+        "def f(x):\n    try:\n        return f(x)\n    except RecursionError:\n        return f(x)\n", 2),
+    # frames on the heap until memory runs out (now: the limit is capped, RecursionError in ms, no alarm)
     "raises_the_limit_and_recurses_until_it_fails": (
-        "import sys\nsys.setrecursionlimit(10**9)\ndef f(x):\n    return f(x)\n", 2.0),
+        "import sys\nsys.setrecursionlimit(10**9)\ndef f(x):\n    return f(x)\n", 0),
     # eats every TestTimeout: the harness goes silent, the parent kills the run (stalled)
     "swallows_every_exception": (
-        "def f(x):\n    try:\n        return f(x)\n    except BaseException:\n        return f(x)\n", 5.0),
+        "def f(x):\n    try:\n        return f(x)\n    except BaseException:\n        return f(x)\n", 0),
 }
 
 
 @pytest.mark.parametrize("backend", STRONG)
 @pytest.mark.parametrize("name", RECURSE)
 def test_recursing_until_it_fails_ends_well_within_the_wall_clock(backend, name):
-    program, limit = RECURSE[name]
+    program, alarms = RECURSE[name]
     rew = reward(backend, workers=2)
-    start = time.monotonic()
     scores = rew.score([""] * 2, [program, CORRECT], [INVERSE] * 2)
-    elapsed = time.monotonic() - start
     assert scores == [0.0, 1.0]
-    assert elapsed < limit < LIMITS["wall_seconds"], f"{name} took {elapsed:.1f}s under {backend}"
     stats = rew.stats()
     assert stats["sandbox/timeouts"] == 0  # never the wall clock
     assert stats["sandbox/stalled"] == (name == "swallows_every_exception")
+    assert stats["sandbox/test_timeouts"] == alarms

@@ -123,3 +123,46 @@ def attack():
     reward = CodeExecReward("code_exec", box, False, per_test_seconds=1.0, workers=1, timeout_s=60)
     example = Example("", "", {"entry_point": "attack", "tests": [{"args": [], "expected": head}]})
     assert reward.score([""], [attack], [example]) == [0.0]
+
+
+# ---------------------------------------------------------------- task files however loaded (issue 20)
+@needs_sandbox
+@pytest.mark.parametrize("key", ["task.train_path", "task.heldout_path"])
+def test_the_config_protects_jsonl_task_files(hydra_conf, key):
+    conf = hydra_conf(["task=jsonl", "task.train_path=/nonexistent.jsonl", f"{key}={stdlib_file()}",
+                       "reward=code_exec"])
+    with pytest.raises(InstantiationException, match="lies under"):
+        instantiate(conf.reward)
+
+
+@pytest.fixture
+def task_file_in_a_mount():
+    """A code task file written next to the interpreter's os.py (a dir every namespace sandbox mounts)."""
+    target = Path(stdlib_file()).parent / f"policyshift-test-{uuid.uuid4().hex[:8]}.jsonl"
+    line = {"prompt": "p", "answer": "a", "entry_point": "attack", "tests": [{"args": [], "expected": "s3cret"}]}
+    try:
+        target.write_text(__import__("json").dumps(line) + "\n")
+    except OSError as e:
+        pytest.skip(f"cannot write into the interpreter's stdlib dir here (needs root): {e}")
+    target.chmod(0o644)
+    yield target
+    target.unlink(missing_ok=True)
+
+
+@needs_sandbox
+@pytest.mark.parametrize("backend", STRONG)
+def test_a_task_file_is_protected_however_it_was_loaded(backend, task_file_in_a_mount):
+    """A task read by tasks.jsonl (task=jsonl, or any loader using it) with nothing in `protect`: the
+    sample that would read its expected outputs is never run (abstains, naming the file), not scored 1.0."""
+    from tasks.jsonl import read_examples
+    [example] = read_examples(str(task_file_in_a_mount))
+    attack = f"""
+import json
+def attack():
+    return json.loads(open({str(task_file_in_a_mount)!r}).readline())["tests"][0]["expected"]
+"""
+    box = functools.partial(Sandbox, backend=backend, protect=[], **LIMITS)
+    reward = CodeExecReward("code_exec", box, False, per_test_seconds=1.0, workers=1, timeout_s=60)
+    report = reward.score_report([""], [attack], [example])
+    assert report.scores == [None] and "lies under" in report.first_error
+    assert str(task_file_in_a_mount) in report.first_error

@@ -52,7 +52,8 @@ def test_jsonl_good_file(tmp_path):
     assert [e.answer for e in task.train] == ["1", "2", "3"]
     assert [e.answer for e in task.heldout] == ["4", "5"]  # the last num_heldout lines
     assert task.train[0].prompt == "What is 0+1?"
-    assert task.train[2].meta == {"level": 2, "origin": "train.jsonl:4"}  # line numbers count the blank
+    assert task.train[2].meta == {"level": 2, "origin": "train.jsonl:4",  # line numbers count the blank
+                                  "source_file": str((tmp_path / "train.jsonl").resolve())}  # for the sandbox
     assert task.heldout[-1].meta["origin"] == "train.jsonl:6"
 
 

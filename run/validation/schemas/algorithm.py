@@ -13,6 +13,7 @@ from losses.common import AGGREGATIONS
 from losses.correction import LEVELS
 from run.validation.schemas.base import (Bool, NonNegativeInt, NonNegativeNumber, Node, OpenNode, OptionalPath,
                                           PositiveInt, PositiveNumber, Text, choice, must, optional)
+from run.validation.schemas.generator import TopK, TopP
 
 
 class Optimizer(OpenNode):
@@ -36,6 +37,8 @@ class Algorithm(OpenNode):
     epochs_per_round: PositiveInt = None
     beta: NonNegativeNumber = None
     temperature: PositiveNumber = None
+    top_k: TopK = None
+    top_p: TopP = None
     max_nonfinite: PositiveInt = None
     max_grad_norm: optional(PositiveNumber, "for no clipping") = None
     annotate_batch_size: optional(PositiveInt, "(= data.micro_batch_size)") = None

@@ -9,6 +9,7 @@ from run.validation.schemas.model import Seed
 from run.validation.schemas.base import Bool, Mapping, Node, OpenNode, PositiveInt, PositiveNumber, choice, must, optional
 
 TopP = must(Annotated[float, Field(gt=0, le=1)], "in (0, 1]")
+TopK = must(Annotated[int, Field(ge=0)], "an integer ≥ 0 (0: off)")
 
 
 class HF(Node):
@@ -16,6 +17,7 @@ class HF(Node):
     max_new_tokens: PositiveInt = None
     temperature: PositiveNumber = None
     top_p: TopP = None
+    top_k: TopK = None
     batch_size: PositiveInt = None
     ignore_eos: Bool = None
 
