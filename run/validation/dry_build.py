@@ -19,7 +19,8 @@ def check_buffer(cfg: DictConfig, errors: list[str]) -> None:
     if raw(cfg, "data.buffer_capacity") is None:
         return
     from data_modules.buffer import ExperienceBuffer
-    kwargs = {arg: raw(cfg, f"data.{key}") for key, arg in BUFFER_KEYS.items() if raw(cfg, f"data.{key}") is not None}
+    given = {key: raw(cfg, f"data.{key}") for key in BUFFER_KEYS}
+    kwargs = {BUFFER_KEYS[key]: value for key, value in given.items() if value is not None}
     try:
         ExperienceBuffer(**kwargs)
     except (TypeError, ValueError) as e:

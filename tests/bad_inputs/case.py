@@ -69,7 +69,8 @@ def observe(case: Case, folder: Path) -> str | None:
                     raise
                 return format_error(err).replace(str(folder), "DIR")
         warnings = [line for line in printed.getvalue().splitlines() if line.startswith("warning: ")]
-        return "\n".join(warnings).replace(str(folder), "DIR") if case.when == "plan (warning)" and warnings else None
+        shown = "\n".join(warnings).replace(str(folder), "DIR")
+        return shown if case.when == "plan (warning)" and warnings else None
     finally:
         GlobalHydra.instance().clear()
         for p in reversed(patches):

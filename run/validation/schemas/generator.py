@@ -6,7 +6,8 @@ from typing import Annotated
 from pydantic import Field
 
 from run.validation.schemas.model import Seed
-from run.validation.schemas.base import Bool, Mapping, Node, OpenNode, PositiveInt, PositiveNumber, choice, must, optional
+from run.validation.schemas.base import (Bool, Mapping, Node, OpenNode, PositiveInt, PositiveNumber, choice, must,
+                                         optional)
 
 TopP = must(Annotated[float, Field(gt=0, le=1)], "in (0, 1]")
 TopK = must(Annotated[int, Field(ge=0)], "an integer ≥ 0 (0: off)")
