@@ -8,6 +8,7 @@ config. Naming `algorithm=` or `data=` without `experiment=` runs that one algor
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ from run.errors import ConfigError
 from run.overrides import has_key, takes, unmatched_problem
 from run.validation.config import validate
 from run.validation.data import check_stage_data
+from run.validation.schemas import stage_list_problems
+from run.validation.values import warmup_warning
 from tasks.jsonl import DataFileError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -67,11 +70,25 @@ def _adds(ov) -> bool:
     return ov.is_add() or ov.is_force_add()
 
 
+def _refuse_ignored_stages(single: bool, groups: list[str], keys: list) -> None:
+    """`stages=[...]` with `algorithm=` (or `data=`) and no experiment would run the one algorithm alone and
+    drop the stages without a word."""
+    given = [text for text, ov in keys if ov.key_or_group == "stages"]
+    if single and given and groups:
+        chosen = " ".join(g for g in groups if g.split("=")[0].lstrip("+~") in STAGE_GROUPS)
+        raise ConfigError(f"{given[0]} is not run: {chosen} without experiment= runs that one algorithm alone; "
+                          f"put {chosen} in each stage's overrides, or drop the stages")
+
+
 def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "train") -> list[Stage]:
     """Compose and validate every stage's config (no model is built here)."""
     groups, keys = _split(user_overrides)
     chosen = {g.split("=")[0].lstrip("+~") for g in groups}
     single = not cfg.stages or (chosen & set(STAGE_GROUPS) and "experiment" not in chosen)
+    _refuse_ignored_stages(single and bool(cfg.stages), groups, keys)
+    bad = [] if single else stage_list_problems(cfg)
+    if bad:
+        raise ConfigError("; ".join(bad), problems=bad)
     if single and "data" not in chosen:  # algorithm=sft alone → its own data source
         groups.append(f"data={cfg.algorithm.default_data}")
     specs = [{"name": None, "overrides": []}] if single else list(cfg.stages)
@@ -101,7 +118,16 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     tokenizers: dict = {}  # the data against each stage's model context and reward (no weights loaded)
     for stage in stages:
         check_stage_data(stage.name, stage.cfg, stage.task, tokenizers)
+    _warn(stages)
     return stages
+
+
+def _warn(stages: list[Stage]) -> None:
+    """One line on stderr (rank 0) for each stage setting that is allowed but likely not meant."""
+    for stage in stages:
+        note = warmup_warning(stage.cfg)
+        if note and distributed.is_zero():
+            print(f"warning: stage {stage.name}: {note}", file=sys.stderr, flush=True)
 
 
 def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, name: str,

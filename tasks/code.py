@@ -10,6 +10,7 @@ max_profit, valid_parentheses, roman_to_int, transpose, rotate_list.
 """
 from __future__ import annotations
 
+import keyword
 from pathlib import Path
 
 from tasks.base import Task
@@ -21,8 +22,10 @@ SHIPPED = Path(__file__).resolve().parent / "code_tasks.jsonl"
 def check_tests(meta: dict, where: str) -> None:
     """Raise DataFileError naming file:line unless meta has an identifier entry_point and tests."""
     entry, tests = meta.get("entry_point"), meta.get("tests")
-    if not isinstance(entry, str) or not entry.isidentifier():
-        raise DataFileError(f"{where}: 'entry_point' must be a Python identifier, got {entry!r}")
+    if not isinstance(entry, str) or not entry.isidentifier() or keyword.iskeyword(entry):
+        kind = "a Python keyword, not a function name" if isinstance(entry, str) and keyword.iskeyword(entry) \
+            else "not a Python identifier"
+        raise DataFileError(f"{where}: 'entry_point' must name a function; {entry!r} is {kind}")
     if not isinstance(tests, list) or not tests:
         raise DataFileError(f"{where}: 'tests' must be a non-empty list of {{args, expected}}")
     for i, t in enumerate(tests):

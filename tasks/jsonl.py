@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import codecs
+import errno
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -46,12 +49,29 @@ def utf8_lines(path: Path, error: type[Exception] = DataFileError) -> Iterator[t
                             f"save the file as UTF-8") from None
 
 
+def check_regular_file(p: Path, error: type[Exception] = DataFileError) -> None:
+    """A task file must be a regular file: a FIFO would block, /dev/zero would never end, a symlink loop
+    never resolves; each is named for what it is, not as "file not found"."""
+    try:
+        mode = p.stat().st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise error(f"{p}: a symlink loop (the link points back at itself): point it at a file") from None
+        if p.is_symlink():
+            raise error(f"{p}: a broken symlink (its target {os.readlink(p)} does not exist)") from None
+        raise error(f"{p}: file not found") from None
+    if not stat.S_ISREG(mode):
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "not a regular file")
+        raise error(f"{p}: {kind}, not a regular file: a task file must be a .jsonl file")
+
+
 def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
     """The file's examples; each one's meta keeps the file's real path as `source_file` (a sandbox running
     code against it checks that the file is out of the code's reach) and `file:line` as `origin`."""
     p = Path(path)
-    if not p.is_file():
-        raise DataFileError(f"{path}: file not found")
+    check_regular_file(p)
     examples, source = [], str(p.resolve())
     for lineno, row in read_jsonl_objects(p):
         for key in (prompt_key, answer_key):

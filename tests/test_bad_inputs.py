@@ -1,6 +1,6 @@
 """Bad input: one clear line, before any model loads (docs/bad_inputs.md).
 
-Every case of tests/bad_inputs_cases.py is run in-process through what train.py runs (the command-line
+Every case of tests/bad_inputs/ is run in-process through what train.py runs (the command-line
 check, then plan_stages, then for load-time cases the model node) and must show exactly its message,
 formatted as the console shows it; plan-time cases must build no model. A few real `python train.py`
 runs prove the console output is that one line, that HYDRA_FULL_ERROR=1 brings the traceback back,
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import InstantiationException
 
-from tests.bad_inputs_cases import CASES, ROOT, matches, observe
+from tests.bad_inputs import CASES, ROOT, matches, observe
 from tests.bad_inputs_doc import DOC, render
 from tests.helpers import TINY
 

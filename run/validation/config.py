@@ -1,6 +1,7 @@
 """Checks on a composed config before anything heavy is built. Every message names the key at fault.
-Single values: run/validation/values.py; the hardware and ranks: run/validation/hardware.py; the data
-against the model: run/validation/data.py."""
+Single values (types, ranges, choices, unknown keys): the schemas, run/validation/schemas/; here, and in
+values.py, hardware.py, model.py and dry_build.py beside it, the checks across keys; the data against
+the model: run/validation/data.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,10 +11,12 @@ from omegaconf.errors import InterpolationResolutionError, InterpolationToMissin
 
 from models.hf_checks import ModelFolderError, check_folder
 from run.errors import ConfigError
+from run.validation.dry_build import check_buffer, check_store
 from run.validation.hardware import check_hardware, check_ranks
-from run.validation.model import check_lora, check_precision
+from run.validation.model import check_lora, check_model_shape, check_precision
 from run.validation.moved import check_moved_targets
-from run.validation.values import check_values, is_int, is_number, raw
+from run.validation.schemas import check_schemas
+from run.validation.values import check_values, is_int, raw
 
 
 def _get(cfg: DictConfig, key: str, errors: list[str]):
@@ -49,20 +52,6 @@ def _resolve_all(node, prefix: str, cfg: DictConfig, errors: list[str]) -> None:
             _resolve_all(value, f"{prefix}{key}.", cfg, errors)
 
 
-def _check_numbers(cfg: DictConfig, errors: list[str]) -> None:
-    for key in ("algorithm.group_size", "algorithm.epochs_per_round", "data.batch_size",
-                "data.prompts_per_round", "trainer.max_steps", "generator.max_new_tokens"):
-        value = _get(cfg, key, errors)
-        if value is not None and not (is_int(value) and value > 0):
-            errors.append(f"{key}={value!r} must be a positive integer")
-    temperature = _get(cfg, "generator.temperature", errors)
-    if temperature is not None and (not isinstance(temperature, (int, float)) or temperature <= 0):
-        errors.append(f"generator.temperature={temperature!r} must be a positive number")
-    beta = _get(cfg, "algorithm.beta", errors)
-    if beta is not None and (not isinstance(beta, (int, float)) or beta < 0):
-        errors.append(f"algorithm.beta={beta!r} must be a number ≥ 0")
-
-
 def _check_rounds(cfg: DictConfig, errors: list[str]) -> None:
     group = _get(cfg, "algorithm.group_size", errors)
     prompts, batch = _get(cfg, "data.prompts_per_round", errors), _get(cfg, "data.batch_size", errors)
@@ -87,10 +76,7 @@ def _check_rounds(cfg: DictConfig, errors: list[str]) -> None:
 def _check_replay(cfg: DictConfig, errors: list[str]) -> None:
     """Replayed or harvested data is off-policy: an uncorrected loss on it is refused unless asked for."""
     ratio, harvest = raw(cfg, "data.replay_ratio"), raw(cfg, "data.harvest")
-    if ratio is None:
-        return
-    if not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
-        errors.append(f"data.replay_ratio={ratio!r} must be in [0, 1) (0: pure on-policy)")
+    if ratio is None:  # its range: run/validation/schemas/data.py
         return
     uncorrected = raw(cfg, "algorithm.correction._target_") == "losses.correction.no_correction"
     if (ratio > 0 or harvest) and uncorrected and not raw(cfg, "data.allow_uncorrected"):
@@ -101,37 +87,17 @@ def _check_replay(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"data.harvest={harvest!r}: no such directory (a store written with data.store=...)")
 
 
-def _positive_int(value) -> bool:
-    return is_int(value) and value > 0
-
-
-def _check_memory_keys(cfg: DictConfig, errors: list[str]) -> None:
-    """Micro-batches, weight dtype, booleans, top-p (plain counts and limits: run/validation/values.py)."""
-    batch, micro = raw(cfg, "data.batch_size"), _get(cfg, "data.micro_batch_size", errors)
-    if micro is not None:
-        if not _positive_int(micro):
-            errors.append(f"data.micro_batch_size={micro!r} must be a positive integer (records per forward pass)")
-        elif _positive_int(batch) and (micro > batch or batch % micro):
-            errors.append(f"data.micro_batch_size={micro} must divide data.batch_size={batch} "
-                          f"(batch_size / micro_batch_size = gradient-accumulation steps)")
-    dtype = raw(cfg, "model.dtype")
-    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
-        errors.append(f"model.dtype={dtype!r}: choose float32, bfloat16 or float16")
-    for key in ("model.activation_checkpointing", "model.lora.save_merged", "generator.ignore_eos"):
-        value = raw(cfg, key)
-        if value is not None and not isinstance(value, bool):
-            errors.append(f"{key}={value!r} must be true or false")
-    top_p = raw(cfg, "generator.top_p")
-    if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
-        errors.append(f"generator.top_p={top_p!r} must be in (0, 1]")
-    top_k = raw(cfg, "generator.top_k")
-    if top_k is not None and (not is_int(top_k) or top_k < 0):
-        errors.append(f"generator.top_k={top_k!r} must be an integer ≥ 0 (0: off)")
+def _check_micro_batches(cfg: DictConfig, errors: list[str]) -> None:
+    """The micro-batch divides the batch (each is a positive integer: the schema)."""
+    batch, micro = raw(cfg, "data.batch_size"), raw(cfg, "data.micro_batch_size")
+    if is_int(micro) and is_int(batch) and (micro > batch or batch % micro):
+        errors.append(f"data.micro_batch_size={micro} must divide data.batch_size={batch} "
+                      f"(batch_size / micro_batch_size = gradient-accumulation steps)")
 
 
 def _check_reference_refresh(cfg: DictConfig, errors: list[str]) -> None:
     """online_dpo's algorithm.ref_update_every copies the policy's weights into its frozen reference: with
-    LoRA there is no copy (the reference is the base with the adapter disabled); α must be in (0, 1]."""
+    LoRA there is no copy (the reference is the base with the adapter disabled)."""
     every = raw(cfg, "algorithm.ref_update_every")
     if every is None:
         return
@@ -139,10 +105,6 @@ def _check_reference_refresh(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"algorithm.ref_update_every={every} with model.lora: the reference is the base with the "
                       f"adapter disabled, so refreshing it would mean merging the adapter into the base; use "
                       f"algorithm.ref_update_every=null with LoRA")
-    alpha = raw(cfg, "algorithm.ref_update_alpha")
-    if not (is_number(alpha) and 0 < alpha <= 1):
-        errors.append(f"algorithm.ref_update_alpha={alpha!r} must be in (0, 1] (1: the reference becomes a copy "
-                      f"of the policy)")
 
 
 def _check_generator(cfg: DictConfig, errors: list[str]) -> None:
@@ -184,15 +146,17 @@ def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[st
     return found
 
 
-CHECKS = (_check_numbers, _check_rounds, _check_replay, _check_files, _check_memory_keys, _check_generator,
-          _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora,
-          check_precision)
+CHECKS = (_check_rounds, _check_replay, _check_files, _check_micro_batches, _check_generator,
+          _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora, check_model_shape,
+          check_precision, check_buffer, check_store)
+GATES = (check_moved_targets, _check_resolves, check_schemas)  # an old path, a broken ${...}, a bad value:
+# the checks across keys would echo it (or trip over its type)
 
 
 def validate(cfg: DictConfig, stage: str) -> None:
     """Raise ConfigError listing every problem found in stage `stage`'s config."""
     errors: list[str] = []
-    for gate in (check_moved_targets, _check_resolves):  # an old path, a broken ${...}: the rest would echo it
+    for gate in GATES:
         gate(cfg, errors)
         if errors:
             break

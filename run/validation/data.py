@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from run.errors import ConfigError
+from run.validation.folders import config_problems, eos_problem, model_eos
 from tasks.base import Example, Task, encode_prompt
 
 CODE_EXEC = "rewards.code_exec.CodeExecReward"
@@ -28,14 +29,28 @@ def check_stage_data(name: str, cfg: DictConfig, task: Task, tokenizers: dict) -
     _check_tests(cfg, task, problems)
     _check_heldout(cfg, task, problems)
     tok, context, source, tok_name = plan_tokenizer(cfg, tokenizers)
-    if tok is not None:
-        if task.chat and not getattr(tok, "chat_template", None):
+    found, folder, stated = _folder_problems(cfg, tokenizers)
+    problems.extend(found)
+    data = OmegaConf.select(cfg, "data", default=None)
+    rollouts_only = isinstance(data, DictConfig) and "prompts_per_round" in data
+    if tok is not None and not found:
+        eos = eos_problem(tok, tok_name, folder, rollouts_only, stated)
+        if eos:
+            problems.append(eos)
+        elif task.chat and not getattr(tok, "chat_template", None):
             problems.append(f"task.chat=true but {tok_name} has no chat template")
         elif context:
             _check_lengths(cfg, task, tok, context, source, problems)
     if problems:
         raise ConfigError(f"invalid data for stage {name!r}:\n  - " + "\n  - ".join(problems),
                           problems=problems, where=f"stage {name}")
+
+
+def _folder_problems(cfg: DictConfig, cache: dict) -> tuple[list[str], str | None, object]:
+    """(the model=hf folder's config.json problems: run/validation/folders.py, its tokenizer's folder, the
+    eos its generation config states), or ([], None, None) for another model."""
+    path = str(OmegaConf.select(cfg, "model.name_or_path", default=""))
+    return cache.get(("probe", path), ([], None, None))
 
 
 def plan_tokenizer(cfg: DictConfig, cache: dict):
@@ -58,6 +73,8 @@ def plan_tokenizer(cfg: DictConfig, cache: dict):
             tok = load_tokenizer(tokenizer_folder(chain))
             check_vocab(path, tok, config.get("vocab_size"))
             context, source = context_length(config), f"{chain[-1]}/config.json"
+            cache[("probe", path)] = (config_problems(config, Path(source)), str(tokenizer_folder(chain)),
+                                      model_eos(chain, config))
             limit = tok.model_max_length  # transformers' "unset" is ~1e30
             if limit and limit < 10**8 and (context is None or limit < context):
                 context, source = limit, f"the model_max_length of {path}'s tokenizer"

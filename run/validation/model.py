@@ -24,21 +24,28 @@ def check_lora(cfg: DictConfig, errors: list[str]) -> None:
 
 
 def check_adapter(cfg: DictConfig, errors: list[str]) -> bool:
-    """model.adapter (model=hf) is a mode of models/adapters.py; with `continue` and an adapter folder as
-    model.name_or_path, model.lora (a second adapter) is refused. Whether an error was added."""
+    """With model.adapter=continue (model=hf) and an adapter folder as model.name_or_path, model.lora (a
+    second adapter) is refused. Whether an error was added."""
     if raw(cfg, "model._target_") != "models.hf.load_hf":
         return False
-    from models.adapters import ADAPTER_MODES, conflict_message
+    from models.adapters import conflict_message
     from models.hf_checks import is_adapter_folder
-    mode, path = raw(cfg, "model.adapter") or "continue", raw(cfg, "model.name_or_path")
-    if mode not in ADAPTER_MODES:
-        errors.append(f"model.adapter={mode!r}: choose one of {', '.join(ADAPTER_MODES)} (how a LoRA run's "
-                      f"policy/ given as model.name_or_path is loaded)")
-        return True
+    mode, path = raw(cfg, "model.adapter") or "continue", raw(cfg, "model.name_or_path")  # its choices: the schema
     if mode == "continue" and raw(cfg, "model.lora") and isinstance(path, str) and is_adapter_folder(path):
         errors.append(conflict_message(path))
         return True
     return False
+
+
+def check_model_shape(cfg: DictConfig, errors: list[str]) -> None:
+    """model=tiny: attention splits model.hidden_size over model.num_heads (each a positive integer: the
+    schema); a remainder fails when the model is built."""
+    if raw(cfg, "model._target_") != "models.tiny.build_tiny":
+        return
+    hidden, heads = raw(cfg, "model.hidden_size"), raw(cfg, "model.num_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
+        errors.append(f"model.hidden_size={hidden} must be a multiple of model.num_heads={heads} (each head "
+                      f"takes hidden_size / num_heads dimensions)")
 
 
 MIXED = "model.dtype=float32 trainer.precision=bf16-mixed"

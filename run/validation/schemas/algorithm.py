@@ -1,0 +1,100 @@
+"""The `algorithm` group (conf/algorithm), with its optimizer and scheduler nodes, and the `correction`
+group (conf/correction). An algorithm's node is open: each LightningModule takes its own keys, and an
+added key is checked against the module's signature on the command line (run/overrides.py); the keys
+the project's modules share are typed here. The correction's bounds keep on-policy tokens (importance
+ratio 1) trained as they are."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from losses.common import AGGREGATIONS
+from losses.correction import LEVELS
+from run.validation.schemas.base import (Bool, NonNegativeInt, NonNegativeNumber, Node, OpenNode, OptionalPath,
+                                          PositiveInt, PositiveNumber, Text, choice, must, optional)
+from run.validation.schemas.generator import TopK, TopP
+
+
+class Optimizer(OpenNode):
+    """A torch optimizer (`_partial_`): any of its keyword arguments may be added."""
+    lr: PositiveNumber = None
+    weight_decay: NonNegativeNumber = None
+
+
+class Scheduler(OpenNode):
+    """A transformers schedule with warmup (conf/scheduler)."""
+    num_warmup_steps: NonNegativeInt = None
+    num_training_steps: must(Annotated[int, Field(gt=0)], "a positive integer (the optimizer steps the "
+                             "learning rate decays over; default: trainer.max_steps)") = None
+
+
+class Algorithm(OpenNode):
+    """Every algorithm's LightningModule (trainers/); the keys below wherever a module has them."""
+    name: Text = None
+    default_data: Text = None
+    group_size: PositiveInt = None
+    epochs_per_round: PositiveInt = None
+    beta: NonNegativeNumber = None
+    temperature: PositiveNumber = None
+    top_k: TopK = None
+    top_p: TopP = None
+    max_nonfinite: PositiveInt = None
+    max_grad_norm: optional(PositiveNumber, "for no clipping") = None
+    annotate_batch_size: optional(PositiveInt, "(= data.micro_batch_size)") = None
+    ref_update_every: optional(PositiveInt, "for never") = None
+    ref_update_alpha: must(Annotated[float, Field(gt=0, le=1)],
+                           "in (0, 1] (1: the reference becomes a copy of the policy)") = None
+    loss_agg_mode: choice(*sorted(AGGREGATIONS)) = None
+    precompute_reference: Bool = None
+    length_normalize: Bool = None
+    unpaired: Bool = None
+    nll_coef: NonNegativeNumber = None
+    min_reward_gap: NonNegativeNumber = None
+    keep_per_group: PositiveInt = None
+    gamma: must(Annotated[float, Field(ge=0, le=1)], "in [0, 1]") = None
+    lam: must(Annotated[float, Field(ge=0, le=1)], "in [0, 1]") = None
+    vf_coef: NonNegativeNumber = None
+    value_clip: optional(PositiveNumber, "for no clipping") = None
+    whiten_advantages: Bool = None
+    kl_in_reward: Bool = None
+    kl_coef: NonNegativeNumber = None
+    target_kl: optional(PositiveNumber, "for no early stop") = None
+    save_dir: OptionalPath = None
+    optimizer: Optimizer = None
+    scheduler: Scheduler | None = None
+
+
+def _bounded(test, text: str):
+    ge, gt, le, lt = test
+    return must(Annotated[float, Field(ge=ge, gt=gt, le=le, lt=lt)], f"a number {text}")
+
+
+Level = choice(*LEVELS)
+
+
+class PPOClip(Node):
+    clip_low: _bounded((0, None, None, 1), "in [0, 1): ρ is clipped below at 1 - clip_low") = None
+    clip_high: _bounded((None, 0, None, None), "> 0: ρ is clipped above at 1 + clip_high") = None
+    level: Level = None
+
+
+class TruncatedIS(Node):
+    cap: _bounded((1, None, None, None), "≥ 1: on-policy tokens (ρ = 1) keep their weight") = None
+    level: Level = None
+
+
+class MaskedIS(Node):
+    low: _bounded((0, None, 1, None), "in [0, 1]: on-policy tokens (ρ = 1) are kept") = None
+    high: _bounded((1, None, None, None), "≥ 1: on-policy tokens (ρ = 1) are kept") = None
+    level: Level = None
+
+
+class NoCorrection(Node):
+    level: Level = None
+
+
+SCHEMAS = {}
+FALLBACK = Algorithm
+CORRECTIONS = {"losses.correction.ppo_clip": PPOClip, "losses.correction.truncated_is": TruncatedIS,
+               "losses.correction.masked_is": MaskedIS, "losses.correction.no_correction": NoCorrection}

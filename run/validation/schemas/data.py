@@ -1,0 +1,76 @@
+"""The `data` group (conf/data): the project's data modules are closed. Cross-key checks (a round that
+splits into batches, a buffer that holds a round, replay without correction) are in
+run/validation/config.py; the buffer is dry-built in run/validation/dry_build.py."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from run.validation.schemas.model import Seed
+from run.validation.schemas.base import (Bool, Mapping, NonNegativeInt, NonNegativeNumber, Node, OpenNode,
+                                          OptionalPath, PositiveInt, Text, choice, must, optional)
+
+EVICTIONS, SAMPLINGS = ("oldest", "lowest_priority"), ("uniform", "prioritized")  # data_modules/buffer.py
+
+
+class Batches(Node):
+    batch_size: PositiveInt = None
+    micro_batch_size: must(Annotated[int, Field(gt=0)], "a positive integer (records per forward pass)") = None
+    seed: Seed = None
+
+
+class Demonstrations(Batches):
+    """data_modules.demonstrations.DemonstrationsDataModule: the task's reference answers (SFT)."""
+    source: Text = None
+    max_examples: optional(PositiveInt, "for all") = None
+
+
+class Rollouts(Batches):
+    """data_modules.fresh_rollouts / filtered_rollouts: on-policy rounds."""
+    prompts_per_round: PositiveInt = None
+    group_size: PositiveInt = None
+    epochs_per_round: PositiveInt = None
+    buffer_capacity: PositiveInt = None
+    store: OptionalPath = None
+
+
+class ReplayMix(Rollouts):
+    """data_modules.replay_mix.ReplayMixDataModule: fresh rollouts mixed with replay from the buffer."""
+    replay_ratio: must(Annotated[float, Field(ge=0, lt=1)], "in [0, 1) (0: pure on-policy)") = None
+    max_staleness: optional(NonNegativeInt, "for no limit") = None
+    max_reuse: optional(PositiveInt, "for no limit (0 would replay nothing)") = None
+    eviction: choice(*EVICTIONS) = None
+    sampling: choice(*SAMPLINGS) = None
+    priority_alpha: NonNegativeNumber = None
+    harvest: OptionalPath = None
+    harvest_mismatch: choice("refuse", "retokenize") = None
+    refresh_on_drift: Bool = None
+    allow_uncorrected: Bool = None
+
+
+class Preferences(Batches):
+    """data_modules.static_preferences.StaticPreferencesDataModule: offline preference pairs."""
+    path: OptionalPath = None
+    heldout_path: OptionalPath = None
+    num_heldout: NonNegativeInt = None
+    split: Text = None
+    columns: Mapping = None
+    chat: Bool = None
+    skip_bad_rows: Bool = None
+    max_length: optional(PositiveInt, "(the model's context)") = None
+    unpaired: Bool = None
+    synthetic: OpenNode | None = None
+
+
+class AnyData(Batches):
+    """Another data module: its batch keys are checked, any other key passed on."""
+    model_config = OpenNode.model_config
+
+
+SCHEMAS = {"data_modules.demonstrations.DemonstrationsDataModule": Demonstrations,
+           "data_modules.fresh_rollouts.FreshRolloutsDataModule": Rollouts,
+           "data_modules.filtered_rollouts.FilteredRolloutsDataModule": Rollouts,
+           "data_modules.replay_mix.ReplayMixDataModule": ReplayMix,
+           "data_modules.static_preferences.StaticPreferencesDataModule": Preferences}
+FALLBACK = AnyData

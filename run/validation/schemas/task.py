@@ -1,0 +1,39 @@
+"""The `task` group (conf/task): the project's three task factories are closed."""
+from __future__ import annotations
+
+from run.validation.schemas.model import Seed
+from run.validation.schemas.base import (Bool, NonNegativeInt, Node, OpenNode, OptionalPath, Path, PositiveInt,
+                                          Text, optional)
+
+
+class Arithmetic(Node):
+    """tasks.arithmetic.arithmetic_task: generated sums with exact answers."""
+    digits: PositiveInt = None
+    num_heldout: NonNegativeInt = None
+    operands_max: optional(PositiveInt, "(the largest number of `digits` digits)") = None
+    seed: Seed = None
+
+
+class Code(Node):
+    """tasks.code.code_task: Python functions with unit tests."""
+    path: OptionalPath = None
+    num_heldout: NonNegativeInt = None
+
+
+class Jsonl(Node):
+    """tasks.jsonl.jsonl_task: prompts and reference answers from JSON-lines files."""
+    train_path: Path = None
+    heldout_path: OptionalPath = None
+    num_heldout: NonNegativeInt = None
+    chat: Bool = None
+    prompt_key: Text = None
+    answer_key: Text = None
+
+
+class AnyTask(OpenNode):
+    num_heldout: NonNegativeInt = None
+
+
+SCHEMAS = {"tasks.arithmetic.arithmetic_task": Arithmetic, "tasks.code.code_task": Code,
+           "tasks.jsonl.jsonl_task": Jsonl}
+FALLBACK = AnyTask

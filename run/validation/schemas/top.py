@@ -1,0 +1,76 @@
+"""The top-level keys of conf/train.yaml (seed, stages, the run switches, the cost ledger's prices) and
+the callbacks (conf/callbacks): each callback's node is open (a user's subclass may take more), its
+counts and limits typed."""
+from __future__ import annotations
+
+from run.validation.schemas.base import (Bool, Fraction, NonNegativeInt, NonNegativeNumber, Node, OpenNode,
+                                         PositiveInt, PositiveNumber, Text, must, optional)
+from run.validation.schemas.model import Seed
+
+
+class StageSpec(Node):
+    """One entry of `stages`: {name, overrides}."""
+    name: optional(Text, "(the algorithm's name)") = None
+    overrides: must(list[str], "a list of overrides ([algorithm=sft, trainer.max_steps=100])") = None
+
+
+class Cost(OpenNode):
+    """The cost ledger's price list (callbacks/cost.py): a negative price makes cost/usd meaningless."""
+    usd_per_mtok_generated: NonNegativeNumber = None
+    usd_per_mtok_trained: NonNegativeNumber = None
+
+
+class TopLevel(OpenNode):
+    seed: Seed = None
+    stages: must(list[StageSpec], "a list of {name, overrides}") = None
+    print_config: Bool = None
+    resume: Bool = None
+    resume_allow_changes: Bool = None
+    checkpoint_every_n_rounds: PositiveInt = None
+    cost: Cost = None
+
+
+TOP_KEYS = tuple(TopLevel.model_fields)
+
+
+class Regenerate(OpenNode):
+    max_dropped_rounds: PositiveInt = None
+
+
+class Evaluate(OpenNode):
+    every_n_steps: NonNegativeInt = None
+    num_examples: optional(PositiveInt, "for all") = None
+    verifier: OpenNode | None = None
+
+
+class PreferenceEval(OpenNode):
+    every_n_steps: NonNegativeInt = None
+    batch_size: PositiveInt = None
+
+
+class Drift(OpenNode):
+    min_ess_frac: optional(Fraction, "(off)") = None
+    max_kl: optional(PositiveNumber, "(off)") = None
+    max_staleness: optional(PositiveInt, "(off)") = None
+
+
+class Guards(OpenNode):
+    patience_rounds: PositiveInt = None
+    patience_steps: PositiveInt = None
+    max_truncated_frac: Fraction = None
+
+
+class Progress(OpenNode):
+    refresh_rate: NonNegativeInt = None
+
+
+class Samples(OpenNode):
+    rows_per_round: NonNegativeInt = None
+    every_n_rounds: PositiveInt = None
+
+
+CALLBACKS = {"callbacks.regenerate.RegenerateExperience": Regenerate,
+             "callbacks.evaluate.HeldOutEvaluation": Evaluate,
+             "callbacks.preference_eval.PreferenceEvaluation": PreferenceEval,
+             "callbacks.drift.DriftTrigger": Drift, "callbacks.guards.LearningGuards": Guards,
+             "callbacks.progress.StageProgressBar": Progress, "callbacks.wandb_run.WandbSamples": Samples}

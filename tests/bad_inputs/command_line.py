@@ -1,0 +1,58 @@
+"""Bad command lines: caught before Hydra composes, or when keys are routed to stages."""
+from __future__ import annotations
+
+from tests.bad_inputs.case import Case
+
+C = Case
+
+CASES: list[Case] = [
+    # ---- the command line, before Hydra composes it
+    C("key-typo", "a misspelled key", ("algorithm.betta=0.1",),
+      "error: algorithm.betta=0.1: no `algorithm.betta` in the config; did you mean `algorithm.beta`?", when="command line"),
+    C("node-typo", "a misspelled node", ("algoritm.beta=0.1",),
+      "error: algoritm.beta=0.1: no `algoritm.beta` in the config; did you mean `algorithm.beta`?", when="command line"),
+    C("trainer-typo", "a misspelled Lightning key", ("trainer.max_step=5",),
+      "error: trainer.max_step=5: no `trainer.max_step` in the config; did you mean `trainer.max_steps`?",
+      when="command line"),
+    C("other-stage-key", "a key only another stage's group has, without ++", ("data.max_examples=5",),
+      "error: data.max_examples=5: data=fresh_rollouts has no `max_examples`, data=demonstrations has: for the "
+      "stages whose data has it, write ++data.max_examples=5", when="command line"),
+    C("plus-existing", "'+' on a key that exists", ("+algorithm.beta=0.1",),
+      "error: +algorithm.beta=0.1: `algorithm.beta` already exists; '+' only adds a new key: write algorithm.beta=0.1 "
+      "to change it", when="command line"),
+    C("choice-typo", "a misspelled group choice", ("algorithm=grpoo",),
+      "error: algorithm=grpoo: there is no algorithm=grpoo (choices: dpo, dr_grpo, grpo, ipo, kto, online_dpo, ppo, "
+      "reinforce_pp, rejection_sampling, reward_model, rloo, sft); did you mean algorithm=grpo?", when="command line"),
+    C("experiment-typo", "a misspelled experiment", ("experiment=quickstar",),
+      "error: experiment=quickstar: there is no experiment=quickstar (choices: grpo_code, instructgpt, onpolicy_vs_replay, "
+      "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, short_sft_dpo, short_sft_grpo, single); did you mean experiment=quickstart?",
+      when="command line"),
+    C("sweep-choice-typo", "a misspelled choice in a sweep", ("-m", "correction=ppo_clip,trunc_is"),
+      "error: correction=ppo_clip,trunc_is: there is no correction=trunc_is (choices: masked_is, none, ppo_clip, "
+      "truncated_is); did you mean correction=truncated_is?", when="command line"),
+    C("unparsable", "an override that does not parse", ("algorithm.beta=[0.1",),
+      "error: 'algorithm.beta=[0.1' is not a valid override (no viable alternative at input '[0.1'); quote a value "
+      "holding spaces or brackets: 'key=\"a b\"'", when="command line"),
+    C("delete-missing", "deleting a key that is not there", ("~data.max_exampels",),
+      "error: ~data.max_exampels: no `data.max_exampels` in the config to delete; did you mean `data.max_examples`?",
+      when="command line"),
+    # ---- keys routed to stages: added keys against the code's signature
+    C("plus-trainer-typo", "an added key Lightning's Trainer does not take", ("+trainer.max_step=5",),
+      "error: +trainer.max_step=5: lightning.Trainer take(s) no `max_step` (stages: sft, grpo); did you mean "
+      "`trainer.max_steps`?"),
+    C("plus-algorithm-typo", "an added key no algorithm takes", ("+algorithm.bta=0.1",),
+      "error: +algorithm.bta=0.1: trainers.grpo.GRPOModule, trainers.sft.SFTModule take(s) no `bta` (stages: sft, "
+      "grpo); did you mean `algorithm.beta`?"),
+    C("plus-optimizer-typo", "an added optimizer argument AdamW does not take", ("+algorithm.optimizer.bettas=[0.9,0.95]",),
+      "error: +algorithm.optimizer.bettas=[0.9,0.95]: torch.optim.AdamW take(s) no `bettas` (stages: sft, grpo); "
+      "did you mean `algorithm.optimizer.betas`?"),
+    C("force-add-typo", "a misspelled ++ key", ("++data.max_exampels=5",),
+      "error: ++data.max_exampels=5: data_modules.demonstrations.DemonstrationsDataModule, "
+      "data_modules.fresh_rollouts.FreshRolloutsDataModule take(s) no `max_exampels` (stages: sft, grpo); did you "
+      "mean `data.max_examples`?"),
+    C("plus-stage-existing", "'+' on a key a stage has", ("+data.max_examples=5",),
+      "error: +data.max_examples=5: `data.max_examples` already exists (stage sft); '+' only adds a new key: write "
+      "++data.max_examples=5 to set it where it exists"),
+    C("key-of-no-stage", "a key the chosen algorithm does not have", ("algorithm=sft", "++algorithm.beta=0.1"),
+      "error: ++algorithm.beta=0.1: trainers.sft.SFTModule take(s) no `beta` (stages: sft)"),
+]

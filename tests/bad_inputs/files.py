@@ -1,0 +1,102 @@
+"""Bad data files and model folders."""
+from __future__ import annotations
+
+import json
+
+from tests.bad_inputs.case import Case
+from tests.bad_inputs.setups import (GOOD, HF, JSONL, adapter_of_a_hub_model, adapter_on_a_local_base, bigger_tokenizer,
+                                   drop, edit_config, jsonl, model_folder, sharded_with_a_missing_shard, text,
+                                   truncated_weights, write_over)
+
+C = Case
+
+CASES: list[Case] = [
+    # ---- data files
+    C("file-missing", "a task file that does not exist", JSONL + ("task.train_path=DIR/missing.jsonl",),
+      "error: DIR/missing.jsonl: file not found"),
+    C("bad-json", "a line that is not JSON", JSONL + ("task.train_path=DIR/t.jsonl",),
+      "error: DIR/t.jsonl:3: not valid JSON (Expecting value)", setup=jsonl("t.jsonl", ['{"prompt": "1+1=", "answer": '])),
+    C("not-object", "a line that is not an object", JSONL + ("task.train_path=DIR/t.jsonl",),
+      "error: DIR/t.jsonl:3: expected a JSON object, got list", setup=jsonl("t.jsonl", ['["1+1=", "2"]'])),
+    C("missing-field", "a line without a prompt", JSONL + ("task.train_path=DIR/t.jsonl",),
+      "error: DIR/t.jsonl:3: missing or empty string field 'prompt'", setup=jsonl("t.jsonl", ['{"answer": "2"}'])),
+    C("empty-file", "a file of blank lines", JSONL + ("task.train_path=DIR/t.jsonl",),
+      "error: DIR/t.jsonl: no examples", setup=jsonl("t.jsonl", raw=b"\n  \n")),
+    C("too-few-lines", "fewer lines than task.num_heldout", ("task=jsonl", "task.train_path=DIR/t.jsonl"),
+      "error: DIR/t.jsonl: task.num_heldout=50 but only 30 lines", setup=jsonl("t.jsonl")),
+    C("latin-1", "a Latin-1 file", JSONL + ("task.train_path=DIR/t.jsonl",),
+      "error: DIR/t.jsonl:3: not UTF-8 (byte 0xe9 at column 16): save the file as UTF-8",
+      setup=text("t.jsonl", "\n".join(GOOD[:2] + ['{"prompt": "café=", "answer": "1"}'] + GOOD[2:]) + "\n", "latin-1")),
+    C("utf-16", "a UTF-16 file", JSONL + ("task.train_path=DIR/t.jsonl",),
+      "error: DIR/t.jsonl: UTF-16 (or UTF-32) text, not UTF-8: save it as UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)",
+      setup=text("t.jsonl", "\n".join(GOOD) + "\n", "utf-16")),
+    C("huge-line", "a 2 MB prompt", JSONL + ("task.train_path=DIR/t.jsonl",),
+      "error: stage sft: DIR/t.jsonl:3: the prompt + answer is 2,000,001 characters (over 1,040 tokens), more than "
+      "the model's context of 64 tokens (model.max_position_embeddings)",
+      setup=jsonl("t.jsonl", [json.dumps({"prompt": "1" * 2_000_000, "answer": "1"})])),
+    C("prompt-too-long", "a prompt longer than the model's context", ("algorithm=grpo",) + JSONL
+      + ("task.train_path=DIR/t.jsonl",),
+      "error: stage grpo: DIR/t.jsonl:3: the prompt is 63 tokens + generator.max_new_tokens=8, more than the model's "
+      "context of 64 tokens (model.max_position_embeddings)",
+      setup=jsonl("t.jsonl", [json.dumps({"prompt": "1+" * 30 + "1=", "answer": "31"})])),
+    C("answer-too-long", "a demonstration longer than the model's context", ("algorithm=sft",) + JSONL
+      + ("task.train_path=DIR/t.jsonl",),
+      "error: stage sft: DIR/t.jsonl:3: the prompt + answer is 74 tokens, more than the model's context of 64 tokens "
+      "(model.max_position_embeddings)", setup=jsonl("t.jsonl", [json.dumps({"prompt": "1=", "answer": "9" * 70})])),
+    C("no-room", "a token budget as large as the context", ("generator.max_new_tokens=64",),
+      "error: stage sft: generator.max_new_tokens=64 leaves no room for a prompt in the model's context of 64 tokens "
+      "(model.max_position_embeddings)"),
+    C("chat-no-template", "task.chat=true with a tokenizer without a chat template",
+      JSONL + ("task.train_path=DIR/t.jsonl", "task.chat=true"),
+      "error: stage sft: task.chat=true but model=tiny's character tokenizer has no chat template",
+      setup=jsonl("t.jsonl")),
+    C("code-tests-malformed", "a code task line whose tests are malformed", ("task=code", "task.path=DIR/c.jsonl"),
+      "error: DIR/c.jsonl:1: 'tests' must be a non-empty list of {args, expected}",
+      setup=jsonl("c.jsonl", raw=(json.dumps({"prompt": "def f(x):", "answer": "  return x", "entry_point": "f",
+                                               "tests": []}) + "\n").encode())),
+    # ---- model folders
+    C("model-missing", "a model folder that does not exist", HF + ("model.name_or_path=DIR/none",),
+      "error: stage sft: model.name_or_path='DIR/none': no such local directory (nothing is downloaded)"),
+    C("no-tokenizer", "a model folder without tokenizer files", HF + ("model.name_or_path=DIR/m",),
+      "error: stage sft: DIR/m: no tokenizer files (tokenizer.json, tokenizer.model or vocab.json + merges.txt; the "
+      "folder has config.json, generation_config.json, model.safetensors): save the tokenizer there too "
+      "(tokenizer.save_pretrained)", setup=model_folder("m", tokenizer=False)),
+    C("config-only", "a model folder with config.json only", HF + ("model.name_or_path=DIR/m",),
+      "error: stage sft: DIR/m: no weights (model.safetensors, model.safetensors.index.json or pytorch_model.bin; the "
+      "folder has config.json)", setup=model_folder("m", drop("model.safetensors", "generation_config.json"), False)),
+    C("no-config", "a model folder without config.json", HF + ("model.name_or_path=DIR/m",),
+      "error: stage sft: DIR/m: no config.json (the folder has generation_config.json, model.safetensors, "
+      "tokenizer.json, tokenizer_config.json): not a saved Hugging Face model (model.save_pretrained writes "
+      "config.json and the weights)", setup=model_folder("m", drop("config.json"))),
+    C("config-not-json", "a config.json that is not JSON", HF + ("model.name_or_path=DIR/m",),
+      "error: stage sft: DIR/m/config.json: not valid JSON (Expecting property name enclosed in double quotes)",
+      setup=model_folder("m", write_over("config.json", "{oops"))),
+    C("truncated-weights", "truncated weights", HF + ("model.name_or_path=DIR/m",),
+      "error: stage sft: DIR/m/model.safetensors: truncated (1,075 bytes, its header needs 4,075): copy or save the "
+      "model again", setup=model_folder("m", truncated_weights)),
+    C("missing-shard", "a sharded model with a shard missing", HF + ("model.name_or_path=DIR/m",),
+      "error: stage sft: DIR/m: model.safetensors.index.json names 1 missing shard(s): "
+      "model-00002-of-00002.safetensors", setup=model_folder("m", sharded_with_a_missing_shard)),
+    C("adapter-hub-base", "a LoRA adapter folder whose base model is not local", HF + ("model.name_or_path=DIR/m",),
+      "error: stage sft: model.name_or_path='DIR/m': a LoRA adapter whose base model is not a local folder "
+      "(DIR/m/adapter_config.json base_model_name_or_path='Qwen/Qwen2.5-0.5B'; nothing is downloaded): copy the "
+      "base model to that path, or point model.name_or_path at a merged model (model.lora.save_merged=true writes "
+      "policy_merged/) or at the base model", setup=model_folder("m", adapter_of_a_hub_model)),
+    C("adapter-continue-with-lora", "a second LoRA adapter on one that continues",
+      HF + ("model.name_or_path=DIR/m", "model.lora={r: 4, target_modules: all-linear}"),
+      "error: stage sft: model.lora with model.adapter=continue: DIR/m is a LoRA adapter, which this run keeps "
+      "training (with its own settings); one adapter trains at a time: drop model.lora, or set model.adapter=merge "
+      "(the adapter is merged into the base, then model.lora adds a fresh one)", setup=adapter_on_a_local_base),
+    C("adapter-mode", "an unknown model.adapter", HF + ("model.name_or_path=DIR/m", "model.adapter=copy"),
+      "error: stage sft: model.adapter='copy' must be one of continue, merge (how a LoRA run's policy/ given as "
+      "model.name_or_path is loaded)", setup=model_folder("m")),
+    C("vocab-exceeds-embedding", "a tokenizer larger than the embedding", HF + ("model.name_or_path=DIR/m",),
+      "error: DIR/m: the tokenizer has 150 tokens but the model's embedding has 100 rows (config.json vocab_size): "
+      "ids ≥ 100 index past it; use the tokenizer saved with these weights",
+      setup=model_folder("m", bigger_tokenizer)),
+    C("tokenizer-broken", "a tokenizer.json that is not JSON", HF + ("model.name_or_path=DIR/m",),
+      "error: DIR/m: the tokenizer does not load (…", setup=model_folder("m", write_over("tokenizer.json", "{oops"))),
+    C("weights-mismatch", "weights of another shape than config.json says", HF + ("model.name_or_path=DIR/m",),
+      "error: DIR/m: the weights do not load (RuntimeError: …", when="load",
+      setup=model_folder("m", edit_config(intermediate_size=48))),
+]
