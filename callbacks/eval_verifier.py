@@ -31,7 +31,7 @@ def describe(source: RewardSource) -> str:
 
 def choose_verifier(choice, reward: RewardSource | None, task: Task) -> tuple[RewardSource, str]:
     """(the held-out scorer, one line saying which and why) for callbacks.evaluate.verifier=`choice`."""
-    if isinstance(choice, RewardSource):
+    if isinstance(choice, RewardSource) or callable(getattr(choice, "score", None)):  # any reward-like node
         return choice, f"{describe(choice)}, as callbacks.evaluate.verifier names it"
     if choice == "exact":
         return ExactMatchVerifier(name="gold"), ("exact match with the reference answer "

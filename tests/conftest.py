@@ -10,6 +10,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `-n 2` (the default, pyproject.toml): one thread per worker and
+    os.environ["OMP_NUM_THREADS"] = "1"    # per train.py it starts, or 2 workers × 2 threads thrash 2 cores
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

@@ -155,9 +155,6 @@ def _check_tests(cfg: DictConfig, task: Task, problems: list[str]) -> None:
             and "prompts_per_round" in data:
         scored.append(("train", task.train, "reward=code_exec"))
     verifier = OmegaConf.select(cfg, "callbacks.evaluate.verifier", default=None)
-    if isinstance(verifier, str) and verifier not in ("auto", "exact"):  # schemas: move into the callbacks schema
-        problems.append(f"callbacks.evaluate.verifier={verifier!r}: expected auto, exact or a reward node "
-                        f"({{_target_: ...}})")
     auto = verifier == "auto" and OmegaConf.select(cfg, "callbacks.evaluate", default=None) is not None
     rewarded = OmegaConf.select(cfg, "reward._target_", default=None)
     if CODE_EXEC in _targets(verifier):

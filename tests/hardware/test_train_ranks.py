@@ -66,6 +66,7 @@ def test_basic_sweep_gives_one_folder_and_one_wandb_run_per_job(tmp_path):
         assert yaml.safe_load((job / "config.yaml").read_text())["grpo"]["seed"] == seed
 
 
+@pytest.mark.slow  # 80 s: the basic sweep above covers ranks under -m in the default suite (≤ 15 min)
 def test_optuna_trials_run_their_own_settings_on_both_ranks(tmp_path):
     """Each trial's job has its trial's values; SameSettingsOnRanks fails a job whose ranks disagree."""
     sweep = tmp_path / "study"

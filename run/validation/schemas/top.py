@@ -3,6 +3,8 @@ the callbacks (conf/callbacks): each callback's node is open (a user's subclass 
 counts and limits typed."""
 from __future__ import annotations
 
+from typing import Literal
+
 from run.validation.schemas.base import (Bool, Fraction, NonNegativeInt, NonNegativeNumber, Node, OpenNode,
                                          PositiveInt, PositiveNumber, Text, must, optional)
 from run.validation.schemas.model import Seed
@@ -40,7 +42,9 @@ class Regenerate(OpenNode):
 class Evaluate(OpenNode):
     every_n_steps: NonNegativeInt = None
     num_examples: optional(PositiveInt, "for all") = None
-    verifier: OpenNode | None = None
+    verifier: must(Literal["auto", "exact"] | OpenNode | None,
+                   "auto, exact or a reward node ({_target_: ...})") = None
+    on_other_data: Bool = None
 
 
 class PreferenceEval(OpenNode):
