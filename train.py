@@ -91,8 +91,22 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
         for folder in saved:  # policy/ (with LoRA: the adapter) and policy_merged/ when written
             write_model_card(folder, out, {s.name: s.cfg for s in stages}, summary.stages)
         summary.print()
-        print(f"outputs: {out} (config.yaml, summary.json, {', '.join(p.name + '/' for p in saved)})")
+        say0(f"outputs: {out} (config.yaml, summary.json, {', '.join(p.name + '/' for p in saved)})")
+        say_wandb_run()
     return summary.stages
+
+
+def say_wandb_run() -> None:
+    """The last console line says where the W&B run is and how to look at it (nothing without W&B)."""
+    run = sys.modules["wandb"].run if "wandb" in sys.modules else None
+    if run is None:
+        return
+    if getattr(run, "offline", False) or getattr(run.settings, "mode", "") == "offline":
+        folder = Path(run.dir).parent  # <run>/wandb/offline-run-<date>-<id>/files → the run's folder
+        say0(f"W&B (offline): {folder}; view it here with `wandb leet {folder}`, upload it with "
+             f"`wandb sync {folder}`")
+    else:
+        say0(f"W&B: {run.url}")
 
 
 def print_stages(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, name: str) -> dict:

@@ -1,12 +1,15 @@
 """summary.json (final metrics keyed by stage name) and the end-of-run table."""
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from hardware.console import to_log_file
 
 
 class RunSummary:
@@ -40,6 +43,9 @@ class RunSummary:
 
     def print(self) -> None:
         Console().print(self.table())
+        text = Console(width=120, record=True, file=io.StringIO(), color_system=None)
+        text.print(self.table())
+        to_log_file(text.export_text())
 
 
 def _fmt(v) -> str:

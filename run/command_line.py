@@ -47,7 +47,7 @@ def command_line_problem(args: list[str], conf_dir: Path = CONF_DIR, config_name
             return (f"{text!r} is not a valid override ({str(e).strip().splitlines()[0]}); quote a value "
                     f"holding spaces or brackets: 'key=\"a b\"'")
     parsed = [(t, ov) for t, ov in parsed if ov.key_or_group.split(".")[0].split("/")[0] != "hydra"]
-    problem = _choice_problem(parsed, conf_dir)
+    problem = _choice_problem(parsed, conf_dir) or _added_typo_problem(parsed, conf_dir, config_name)
     if problem or any(ov.is_sweep_override() for _, ov in parsed):
         return problem
     with _hydra(conf_dir):
@@ -89,6 +89,20 @@ def _hydra(conf_dir: Path):
 
 def _is_group(ov, conf_dir: Path) -> bool:
     return "." not in ov.key_or_group and (conf_dir / ov.key_or_group).is_dir()
+
+
+def _added_typo_problem(parsed, conf_dir: Path, config_name: str) -> str | None:
+    """`+algoritm=grpo`: '+' adds any new top-level key, so a group's or a key's typo would be added and
+    read by nothing (exit 0). A new top-level name close to an existing one is refused, naming it."""
+    known = {p.name for p in conf_dir.iterdir() if p.is_dir()}
+    known |= {str(k) for k in OmegaConf.load(conf_dir / f"{config_name}.yaml").keys()} - {"defaults", "hydra"}
+    for text, ov in parsed:
+        head = ov.key_or_group.split(".")[0].split("/")[0]
+        near = nearest(head, known, cutoff=0.8) if ov.is_add() and head not in known else None
+        if near:
+            return (f"{text}: the config has no `{head}`, so '+' would add it and nothing would read it; "
+                    f"did you mean `{near}`?")
+    return None
 
 
 def _choice_problem(parsed, conf_dir: Path) -> str | None:

@@ -65,6 +65,10 @@ def test_train_two_stages_end_to_end(tmp_path):
         assert rows and key in rows[0], (stage, list(rows[0]) if rows else None)
         assert any(r[key] not in ("", None) for r in rows)
         assert any(r.get("val/accuracy") not in ("", None) for r in rows)
+    # train.log keeps the console's story (it used to stay empty): stages, evaluations, the summary, outputs
+    log = (out / "train.log").read_text()
+    for line in ("=== stage sft", "=== stage grpo", "[eval] step 0", "val/accuracy_after", f"outputs: {out}"):
+        assert line in log, line
 
 
 def test_multirun_sweep_writes_one_dir_and_wandb_run_per_job(tmp_path):
@@ -79,6 +83,8 @@ def test_multirun_sweep_writes_one_dir_and_wandb_run_per_job(tmp_path):
         offline = sorted((sweep / job / "wandb").glob("offline-run-*"))
         assert len(offline) == 1, offline
         runs.append(offline[0].name.rsplit("-", 1)[-1])
+        # each job's last words name its W&B run and how to view it
+        assert f"W&B (offline): {offline[0]}; view it here with `wandb leet {offline[0]}`" in proc.stdout
     assert runs[0] != runs[1]  # one W&B run per job, not one shared run
 
 

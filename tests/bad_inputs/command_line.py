@@ -20,6 +20,9 @@ CASES: list[Case] = [
     C("plus-existing", "'+' on a key that exists", ("+algorithm.beta=0.1",),
       "error: +algorithm.beta=0.1: `algorithm.beta` already exists; '+' only adds a new key: write algorithm.beta=0.1 "
       "to change it", when="command line"),
+    C("plus-group-typo", "'+' on a misspelled group (was accepted and ignored: exit 0)", ("+algoritm=grpo",),
+      "error: +algoritm=grpo: the config has no `algoritm`, so '+' would add it and nothing would read it; did you "
+      "mean `algorithm`?", when="command line"),
     C("choice-typo", "a misspelled group choice", ("algorithm=grpoo",),
       "error: algorithm=grpoo: there is no algorithm=grpoo (choices: dpo, dr_grpo, grpo, ipo, kto, online_dpo, ppo, "
       "reinforce_pp, rejection_sampling, reward_model, rloo, sft); did you mean algorithm=grpo?", when="command line"),

@@ -91,6 +91,10 @@ CASES: list[Case] = [
     C("heldout-too-many", "holding out more pairs than there are", ("task.num_heldout=20000",),
       "error: task (tasks.arithmetic.arithmetic_task): task.num_heldout=20000 leaves no training pairs "
       "out of 10000"),
+    C("unimportable-target", "a reward function that cannot be imported (was Hydra's 'Error locating target' "
+      "after the run started)", ("reward=function", "reward.fn._target_=my_rewards.score"),
+      "error: stage sft: reward.fn._target_=my_rewards.score: no module named 'my_rewards' (is it installed, or is "
+      "the checkout on PYTHONPATH?)"),
     C("moved-target", "a `_target_` path from before the code moved (a saved config)",
       ("generator._target_=models.generation.HFGenerator",),
       "error: stage sft: generator._target_=models.generation.HFGenerator: that path moved to "
