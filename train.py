@@ -16,7 +16,8 @@ import time
 
 PROCESS_START = time.time()  # before Hydra makes the run folder and its log: run/run_folder.py
 
-os.environ.setdefault("WANDB_MODE", "offline")  # never a login prompt; WANDB_MODE=online to stream
+if not os.environ.get("WANDB_MODE"):  # unset or empty: never a login prompt; WANDB_MODE=online to stream
+    os.environ["WANDB_MODE"] = "offline"
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
