@@ -22,7 +22,8 @@ def rows(sweep: Path):
                    metrics.get("val/accuracy_after"), metrics.get("val/accuracy_before"), metrics.get("wall_seconds"))
 
 
-def table(sweep: Path) -> str:
+def table_lines(sweep: Path) -> list[str]:
+    """The Markdown table's lines: one row per experiment, stage and hardware."""
     found: dict = {}
     for exp, stage, hardware, seed, acc, before, wall in rows(sweep):
         found.setdefault((exp, stage), {}).setdefault(hardware, {})[seed] = (acc, acc - before, wall)
@@ -35,12 +36,16 @@ def table(sweep: Path) -> str:
             lines.append(f"| {exp} | {stage} | {hardware} | {', '.join(f'{a:.3f}' for a in accs)} | "
                          f"{statistics.mean(accs):.3f} | {', '.join(f'{g:+.3f}' for g in gains)} | "
                          f"{statistics.mean(gains):+.3f} | {statistics.mean(walls):.0f} |")
+    return lines
+
+
+def table(sweep: Path) -> str:
     head = (f"Ranks equivalence ({datetime.date.today()}, {platform.machine()}, {sweep}): 1 process "
             f"(hardware=cpu) against 2 ranks (hardware=ddp), seeds 1-3, held-out greedy accuracy on 500.\n\n")
-    return head + "\n".join(lines) + "\n"
+    return head + "\n".join(table_lines(sweep)) + "\n"
 
 
 if __name__ == "__main__":
     text = table(Path(sys.argv[1]))
-    Path("bench/results_ranks.md").write_text(text)
+    Path(sys.argv[2] if len(sys.argv) > 2 else "bench/results_ranks.md").write_text(text)
     print(text)

@@ -294,6 +294,8 @@ def main() -> None:
     p.add_argument("--trl-python", default=str(DEFAULT_TRL_PY))
     p.add_argument("--vllm-python", default=str(DEFAULT_VLLM_PY))
     p.add_argument("--out", type=Path, help="default: bench/results.md (--quick: bench/results/quick.md)")
+    p.add_argument("--raw", type=Path, help="the summary and every run as JSON (default: "
+                   "bench/results/suite_latest.json; --quick: bench/results/suite_quick.json)")
     args = p.parse_args()
     pairs = args.pairs or (1 if args.quick else 5)
     if pairs < 1:
@@ -328,11 +330,11 @@ def main() -> None:
     dest = args.out or (ROOT / "bench" / ("results/quick.md" if args.quick else "results.md"))
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(text)
-    raw = ROOT / "bench" / "results" / ("suite_quick.json" if args.quick else "suite_latest.json")
+    raw = args.raw or ROOT / "bench" / "results" / ("suite_quick.json" if args.quick else "suite_latest.json")
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(json.dumps({"summary": summary, "pairs": all_pairs}, indent=1, default=str))
     print("\n" + text)
-    print(f"wrote {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest} and {raw.relative_to(ROOT)}")
+    print(f"wrote {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest} and {raw}")
     if ctx.failures:
         sys.exit(f"{len(ctx.failures)} workload(s) failed: {', '.join(ctx.failures)}")
 

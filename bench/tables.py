@@ -90,3 +90,27 @@ def runs_table(all_pairs: dict) -> str:
                     f"| {r['others_frac']:.0%} | {fmt(r.get('peak_rss_mb'), '{:,.0f} MB')} | {r['wall_s']:.1f} "
                     f"| {kept_text(p, r)} |")
     return "\n".join(lines)
+
+
+def readme_table(summary: dict) -> str:
+    """The README's summary of a run: s/step side by side, TRL ÷ policyshift, the bare floor where it ran,
+    peak RSS; generation alone as tok/s (policyshift's seam against `model.generate`, and vLLM)."""
+    lines = ["| workload | policyshift s/step | TRL s/step | TRL ÷ policyshift | bare loop s/step "
+             "| policyshift vs bare | peak RSS policyshift / TRL / bare |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, s in summary.items():
+        if name in GENERATION:
+            seam, gen, vllm = s["seam"], s["generate"], s.get("vllm")
+            v = vllm["throughput"] if vllm else None
+            rss = " / ".join(fmt(x and x["peak_rss_mb"], "{:,.0f}") for x in (seam, gen, vllm)) + " MB"
+            lines.append(f"| {name}: generation alone, tok/s (seam / `model.generate` / vLLM) "
+                         f"| {fmt(seam['throughput'], '{:,.0f}')} | {fmt(gen['throughput'], '{:,.0f}')} "
+                         f"| {fmt(ratio(seam['throughput'], gen['throughput']), '{:.2f}×')} | "
+                         f"| {fmt(v, 'vLLM {:,.0f}') if vllm else s.get('vllm_note', 'vLLM not installed')} | {rss} |")
+            continue
+        ps, trl, bare = s["policyshift"], s["trl"], s.get("bare")
+        over = ratio(ps["s_per_step"], bare["s_per_step"]) if bare else None
+        rss = " / ".join(fmt(x and x["peak_rss_mb"], "{:,.0f}") for x in (ps, trl, bare)) + " MB"
+        lines.append(f"| {name} | {fmt(ps['s_per_step'])} | {fmt(trl['s_per_step'])} "
+                     f"| **{fmt(ratio(trl['s_per_step'], ps['s_per_step']), '{:.2f}×')}** "
+                     f"| {fmt(bare and bare['s_per_step'])} | {fmt(over and (over - 1) * 100, '{:+.1f} %')} | {rss} |")
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""The benchmark figures: speed against TRL (bench/run.py, its tables from bench/tables.py) and the
+learning equivalence of 1 process and 2 ranks (bench/ranks_equivalence.sh, its table from
+bench/ranks_equivalence.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.ranks_equivalence import table_lines
+from bench.tables import grpo_parts_table, readme_table
+from scripts.figures.registry import Figure, Rendered, register
+from scripts.figures.training import SMOKE
+
+
+def speed_commands(name: str, workloads: str, extra: list[str], report: str):
+    """bench/run.py on `workloads`; its full report (every run, its load) to `report` (smoke: the temp dir)."""
+    def commands(out: Path, smoke: bool) -> list[list[str]]:
+        dest = f"{out}/{name}.md" if smoke else report
+        return [["python", "bench/run.py", "--workloads", workloads, *(["--quick"] if smoke else extra),
+                 "--out", dest, "--raw", f"{out}/{name}.json"]]
+    return commands
+
+
+def speed_render(name: str, report: str):
+    def render(out: Path, smoke: bool) -> Rendered:
+        summary = json.loads((out / f"{name}.json").read_text())["summary"]
+        notes = (f"Median over kept pairs of each run's median seconds per optimizer step, fresh processes "
+                 f"alternating A B A B; every run with its load and why a pair was rejected: [{report}]"
+                 f"(../../{report}). Settings matched on both sides: bench/README_speed.md.\n\n"
+                 f"GRPO steps, parts:\n\n{grpo_parts_table(summary)}")
+        return Rendered(readme_table(summary), notes)
+    return render
+
+
+for _name, _title, _workloads, _extra, _report, _duration in (
+        ("speed_tiny", "Speed against TRL, tiny model", "tiny_*,gen_tiny", [], "bench/results.md",
+         "~11 min on an idle 2-core machine (needs `bash bench/trl_env.sh` once)"),
+        ("speed_big", "Speed against TRL and a bare-PyTorch loop, compute-bound model", "big_*,gen_big",
+         ["--pairs", "3"], "bench/results_big.md", "~1.5 h on an idle 2-core machine")):
+    register(Figure(_name, _title, _duration, speed_commands(_name, _workloads, _extra, _report),
+                    speed_render(_name, _report)))
+
+
+def ranks_commands(out: Path, smoke: bool) -> list[list[str]]:
+    env = [f"SWEEP={out}/ranks", f"RESULTS={out}/ranks.md"]
+    if smoke:
+        env += ["SEEDS=1", f"EXTRA={' '.join(SMOKE)}"]
+    return [["env", *env, "bash", "bench/ranks_equivalence.sh"]]
+
+
+def ranks_render(out: Path, smoke: bool) -> Rendered:
+    notes = ("The same seed on 1 process and on 2 ranks is not the same trajectory: each step's gradient "
+             "matches to float precision (tests/hardware/), the summation order does not, and the small-data "
+             "SFT stage amplifies it. Compare the gains over each run's own SFT start, not one seed's accuracy.")
+    return Rendered("\n".join(table_lines(out / "ranks")), notes)
+
+
+register(Figure("ranks_equivalence", "Learning with 1 process and with 2 ranks (`hardware=cpu` vs `hardware=ddp`)",
+                "~25 min on 2 cores", ranks_commands, ranks_render))
