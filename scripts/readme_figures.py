@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.smoke:
             out = (args.out or Path(tempfile.mkdtemp(prefix="readme-figures-"))).resolve() / f.name
             readme = out.parent / "README.md"
+            out.parent.mkdir(parents=True, exist_ok=True)
             if not readme.exists():
                 readme.write_text(README.read_text())
             write(f.name, make(f, out, True, invocation), out.parent / "results", readme)

@@ -25,7 +25,7 @@ def commit() -> str:
     """`abc1234` or `abc1234 (+ uncommitted changes: 3 files)`: tracked files only."""
     head = git("rev-parse", "--short=7", "HEAD") or "unknown"
     dirty = git("status", "--porcelain", "--untracked-files=no").splitlines()
-    return f"{head} (+ uncommitted changes: {len(dirty)} files)" if dirty else f"{head} (clean tree)"
+    return f"{head} (+ uncommitted changes in {len(dirty)} tracked file(s))" if dirty else f"{head} (clean tree)"
 
 
 def cpu_model() -> str:
@@ -41,7 +41,7 @@ def cpu_model() -> str:
 def machine() -> str:
     import torch
     return (f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} with "
-            f"{torch.get_num_threads()} threads, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+            f"{torch.get_num_threads()} thread(s), OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
 
 
 def load1() -> float:

@@ -1,0 +1,129 @@
+"""README's results tables are figures of `python -m scripts.readme_figures` (issue 21): every table sits in
+a registered figure block whose caption names a commit and a command, or is marked as a reference table;
+every figure's docs/results file has its header; one figure runs end to end through its real commands."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.tables import readme_table
+from scripts.figures.provenance import FIELDS, read_header, short_commit
+from scripts.figures.readme import README, RESULTS, block_body, blocks, loose_tables, splice
+from scripts.figures.registry import FIGURES
+from scripts.readme_figures import selected
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMAND = re.compile(r"`(?:[A-Z_]+=\S+ )*(?:python|bash|env) [^`]+`")  # a command, maybe after VAR=value
+
+
+def test_every_readme_table_is_a_figure_or_a_marked_reference_table():
+    loose = loose_tables(README.read_text())
+    assert not loose, (f"README.md lines {loose}: a table outside any <!-- figure:NAME --> block and without "
+                       "<!-- not-a-figure: why --> right above it (scripts/readme_figures.py's docstring)")
+
+
+def test_every_figure_block_is_registered_and_its_caption_names_a_commit_and_a_command():
+    found = blocks(README.read_text())
+    assert found, "README.md has no figure blocks"
+    for name, body in found.items():
+        assert name in FIGURES, f"README block {name!r} names no registered figure ({', '.join(FIGURES)})"
+        first = body.splitlines()[0]
+        assert re.search(r"\b[0-9a-f]{7,40}\b", first), f"{name}: the caption names no commit: {first}"
+        assert COMMAND.search(first), f"{name}: the caption names no command: {first}"
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_each_figure_has_its_results_file_with_every_header_field(name):
+    path = RESULTS / f"{name}.md"
+    assert path.is_file(), f"{path} is missing: python -m scripts.readme_figures --only {name}"
+    fields = read_header(path.read_text())
+    assert [k for k in FIELDS if not fields.get(k)] == [], f"{path}: header fields missing"
+    assert short_commit(fields), f"{path}: the commit field names no commit"
+    assert COMMAND.search(fields["command"]), f"{path}: the command field names no command"
+    assert "|---" in path.read_text(), f"{path}: no table"
+
+
+def test_readme_blocks_show_their_results_files():
+    """What README shows is exactly what docs/results holds (`python -m scripts.readme_figures --readme`)."""
+    for name, body in blocks(README.read_text()).items():
+        assert body == block_body(name, (RESULTS / f"{name}.md").read_text()), (
+            f"README block {name} differs from docs/results/{name}.md: python -m scripts.readme_figures --readme")
+
+
+def test_loose_tables_rule():
+    text = "\n".join([
+        "# t", "", "| a |", "|---|", "", "<!-- not-a-figure: reference -->", "| b |", "|---|", "",
+        "<!-- figure:x -->", "cap", "", "| c |", "|---|", "<!-- /figure:x -->", "", "```", "| d |", "```", "",
+        "| e |", "|---|", ""])
+    assert loose_tables(text) == [3, 21]
+
+
+def test_splice_replaces_one_block_and_refuses_a_missing_one():
+    text = "a\n<!-- figure:x -->\nold\n<!-- /figure:x -->\nb\n"
+    assert splice(text, "x", "new\n") == "a\n<!-- figure:x -->\nnew\n<!-- /figure:x -->\nb\n"
+    with pytest.raises(SystemExit, match="figure:y"):
+        splice(text, "y", "new\n")
+
+
+def test_only_refuses_an_unknown_figure():
+    with pytest.raises(SystemExit, match="no figure named nope"):
+        selected("quickstart,nope")
+
+
+def test_speed_table_from_a_bench_summary():
+    run = {"s_per_step": 0.08, "throughput": 100.0, "peak_rss_mb": 587.0}
+    summary = {"tiny_grpo_b0.04": {"policyshift": run, "trl": run | {"s_per_step": 0.12, "peak_rss_mb": 514.0}},
+               "gen_tiny": {"seam": run | {"throughput": 62039.0}, "generate": run | {"throughput": 32763.0},
+                            "vllm_note": "no kernel"}}
+    lines = readme_table(summary).splitlines()
+    assert lines[2] == "| tiny_grpo_b0.04 | 0.0800 | 0.1200 | **1.50×** | – | – | 587 / 514 / – MB |"
+    assert "| 62,039 | 32,763 | 1.89× |" in lines[3] and "no kernel" in lines[3]
+
+
+def fake_job(path: Path, overrides: list[str], stages: dict) -> None:
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (path / "summary.json").write_text(json.dumps(stages))
+
+
+def test_onpolicy_vs_replay_table_from_job_dirs(tmp_path):
+    """Two configs × 2 seeds: means, ranges, gains per seed and on-policy's accuracy at the nearest tokens."""
+    curve = [{"step": 0, "generated_tokens": 0, "accuracy": 0.5}, {"step": 2, "generated_tokens": 1000, "accuracy": 0.6},
+             {"step": 4, "generated_tokens": 2000, "accuracy": 0.7}]
+    for i, (ratio, seed, after, tokens) in enumerate([("0", 1, 0.7, 2000), ("0", 2, 0.8, 2000),
+                                                       ("0.9", 1, 0.55, 900), ("0.9", 2, 0.65, 1100)]):
+        grpo = {"val/accuracy_before": 0.5, "val/accuracy_after": after, "cost/generated_tokens": tokens,
+                "rollout/replay_frac_mean": float(ratio), "wall_seconds": 10.0 + i, "val/curve": curve}
+        fake_job(tmp_path / "ovr" / str(i), [f"data.replay_ratio={ratio}", f"seed={seed}"],
+                 {"sft": {"val/accuracy_after": 0.5}, "grpo": grpo})
+    rendered = FIGURES["onpolicy_vs_replay"].render(tmp_path, False)
+    rows = rendered.table.splitlines()[2:]
+    assert rows[0] == "| replay 0 (on-policy) | 0.000 | 2k | **0.750** (0.700–0.800) | +20.0, +30.0 | – | 10–11 |"
+    assert rows[1] == "| replay 0.9 | 0.900 | 1k | **0.600** (0.550–0.650) | +5.0, +15.0 | 0.600 (step 2, 1k) | 12–13 |"
+    assert "0.500, 0.500" in rendered.notes
+
+
+def test_quickstart_figure_smoke_end_to_end(tmp_path):
+    """`--only quickstart --smoke`: the real train.py multirun (2 seeds, 4 steps a stage), its job dirs read
+    back, the results file and a README copy written under --out; docs/results and README.md untouched."""
+    before = README.read_text(), (RESULTS / "quickstart.md").read_text()
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "scripts.readme_figures", "--only", "quickstart", "--smoke",
+                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = (tmp_path / "results" / "quickstart.md").read_text()
+    fields = read_header(text)
+    assert fields["command"].startswith("`python -m scripts.readme_figures --only quickstart --smoke")
+    assert "seed=1,2" in fields["ran"] and "SMOKE" in fields["status"] and short_commit(fields)
+    assert re.search(r"load average \d+\.\d\d at the start, \d+\.\d\d at the end", fields["load"])
+    rows = [line for line in text.splitlines() if line.startswith("| ")][1:]
+    assert [r.split(" | ")[0] for r in rows] == ["| 1", "| 2", "| mean"]
+    assert "after sft (4 steps)" in text and "after grpo (4 steps)" in text
+    assert blocks((tmp_path / "README.md").read_text())["quickstart"] == block_body("quickstart", text)
+    assert (README.read_text(), (RESULTS / "quickstart.md").read_text()) == before
