@@ -102,11 +102,11 @@ def test_onpolicy_vs_replay_table_from_job_dirs(tmp_path):
                 "rollout/replay_frac_mean": float(ratio), "wall_seconds": 10.0 + i, "val/curve": curve}
         fake_job(tmp_path / "ovr" / str(i), [f"data.replay_ratio={ratio}", f"seed={seed}"],
                  {"sft": {"val/accuracy_after": 0.5}, "grpo": grpo})
-    rendered = FIGURES["onpolicy_vs_replay"].render(tmp_path, False)
+    rendered = FIGURES["onpolicy_vs_replay"].render(tmp_path, True)  # smoke: the plot stays in tmp_path
     rows = rendered.table.splitlines()[2:]
     assert rows[0] == "| replay 0 (on-policy) | 0.000 | 2k | **0.750** (0.700–0.800) | +20.0, +30.0 | – | 10–11 |"
     assert rows[1] == "| replay 0.9 | 0.900 | 1k | **0.600** (0.550–0.650) | +5.0, +15.0 | 0.600 (step 2, 1k) | 12–13 |"
-    assert "0.500, 0.500" in rendered.notes
+    assert "0.500, 0.500" in rendered.notes and (tmp_path / "onpolicy_vs_replay.png").is_file()
 
 
 def test_quickstart_figure_smoke_end_to_end(tmp_path):
@@ -127,3 +127,16 @@ def test_quickstart_figure_smoke_end_to_end(tmp_path):
     assert "after sft (4 steps)" in text and "after grpo (4 steps)" in text
     assert blocks((tmp_path / "README.md").read_text())["quickstart"] == block_body("quickstart", text)
     assert (README.read_text(), (RESULTS / "quickstart.md").read_text()) == before
+
+
+def test_preferences_table_from_job_dirs(tmp_path):
+    """mean ± sample std then each seed; the reward model's task column is '–'; its own 'before' shown."""
+    fake_job(tmp_path / "sft", ["algorithm=sft"], {"sft": {"val/accuracy_after": 0.7}})
+    runs = [("dpo", 1, 0.70, 0.78, 0.5), ("dpo", 2, 0.72, 0.76, 0.5), ("reward_model", 1, None, 0.53, 0.51)]
+    for i, (algorithm, seed, task, pref, before) in enumerate(runs):
+        stage = {"val/accuracy_after": task, "val/pref_accuracy_after": pref, "val/pref_accuracy_before": before}
+        fake_job(tmp_path / "prefs" / str(i), [f"algorithm={algorithm}", f"seed={seed}"], {algorithm: stage})
+    lines = FIGURES["preferences"].render(tmp_path, True).table.splitlines()
+    assert lines[0] == "| algorithm | held-out task accuracy (0.700 before) | held-out preference accuracy (0.500 before) |"
+    assert lines[2] == "| dpo | 0.710 ± 0.014 (0.700, 0.720) | 0.770 ± 0.014 (0.780, 0.760) |"
+    assert lines[3] == "| reward_model | – | 0.530 ± 0.000 (0.530); 0.510 before |"

@@ -9,7 +9,9 @@ from pathlib import Path
 from bench.ranks_equivalence import table_lines
 from bench.tables import grpo_parts_table, readme_table
 from scripts.figures.registry import Figure, Rendered, register
-from scripts.figures.training import SMOKE
+
+# --smoke: keys both stages of short_sft_grpo and short_sft_dpo have (a key no stage has is an error)
+RANKS_SMOKE = ["trainer.max_steps=4", "data.batch_size=32", "task.num_heldout=20", "callbacks.evaluate.num_examples=20"]
 
 
 def speed_commands(name: str, workloads: str, extra: list[str], report: str):
@@ -44,7 +46,7 @@ for _name, _title, _workloads, _extra, _report, _duration in (
 def ranks_commands(out: Path, smoke: bool) -> list[list[str]]:
     env = [f"SWEEP={out}/ranks", f"RESULTS={out}/ranks.md"]
     if smoke:
-        env += ["SEEDS=1", f"EXTRA={' '.join(SMOKE)}"]
+        env += ["SEEDS=1", f"EXTRA={' '.join(RANKS_SMOKE)}"]
     return [["env", *env, "bash", "bench/ranks_equivalence.sh"]]
 
 
