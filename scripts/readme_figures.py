@@ -88,11 +88,13 @@ def make(figure: Figure, out: Path, smoke: bool, invocation: str) -> str:
 
 
 def write(name: str, text: str, results: Path, readme: Path) -> None:
+    """docs/results/<name>.md (smoke: under --out), and the figure's README block when it has one."""
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{name}.md").write_text(text)
-    if name in blocks(readme.read_text()):
+    shown_in = name in blocks(readme.read_text())
+    if shown_in:
         readme.write_text(splice(readme.read_text(), name, block_body(name, text)))
-    print(f"wrote {results / f'{name}.md'}" + (f" and its block in {readme}" if name in blocks(readme.read_text()) else ""))
+    print(f"wrote {results / f'{name}.md'}" + (f" and its block in {readme}" if shown_in else ""))
 
 
 def selected(only: str | None) -> list[Figure]:

@@ -26,10 +26,13 @@ def speed_commands(name: str, workloads: str, extra: list[str], report: str):
 def speed_render(name: str, report: str):
     def render(out: Path, smoke: bool) -> Rendered:
         summary = json.loads((out / f"{name}.json").read_text())["summary"]
+        where = str(out / f"{name}.md") if smoke else f"[{report}](../../{report})"
         notes = (f"Median over kept pairs of each run's median seconds per optimizer step, fresh processes "
-                 f"alternating A B A B; every run with its load and why a pair was rejected: [{report}]"
-                 f"(../../{report}). Settings matched on both sides: bench/README_speed.md.\n\n"
-                 f"GRPO steps, parts:\n\n{grpo_parts_table(summary)}")
+                 f"alternating A B A B; every run with its load and why a pair was rejected: {where}. "
+                 f"Settings matched on both sides: bench/README_speed.md.")
+        parts = grpo_parts_table(summary)
+        if parts.count("\n") > 1:  # a row beyond the head: some GRPO workload ran
+            notes += f"\n\nGRPO steps, parts:\n\n{parts}"
         return Rendered(readme_table(summary), notes)
     return render
 
