@@ -104,3 +104,20 @@ def test_grpo_adds_the_overlong_penalty_before_advantages_and_filters_truncated(
     assert module.last_round_stats["overlong_penalty_mean"] == -0.5
     assert module.last_round_stats["overlong_filtered"] == 1.0
     assert [r.reward for r in records] == [1.0, 1.0, 1.0]  # the records keep their scored reward
+
+
+def test_bad_dapo_keys_are_refused_at_plan_time(hydra_conf):
+    """Before any model: a cache longer than the length limit, and a zero cap on generation batches."""
+    import pytest
+
+    from run.errors import ConfigError
+    from run.stages import plan_stages
+    for overrides, message in (
+            (["generator.max_new_tokens=6", "algorithm.overlong_cache=8"],
+             "algorithm.overlong_cache=8 must be at most algorithm.overlong_max_len=6"),
+            (["algorithm.max_gen_batches=0"], "algorithm.max_gen_batches=0 must be a positive integer"),
+            (["algorithm.overlong_cache=-2"], "algorithm.overlong_cache=-2 must be a positive integer, or null (off)")):
+        args = ["algorithm=grpo", *overrides]
+        with pytest.raises(ConfigError) as err:
+            plan_stages(hydra_conf(args), args)
+        assert message in str(err.value)
