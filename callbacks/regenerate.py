@@ -51,6 +51,7 @@ class RegenerateExperience(L.Callback):
         self.abstained = self.timeouts = 0
         self.first_error: str | None = None
         self.round_extra: dict[str, float] = {}  # the latest round's dynamic-sampling metrics
+        self.dynamic_totals: dict[str, float] = {}  # their sums over the stage (summary.json)
 
     def on_fit_start(self, trainer, pl_module):
         # A run resumed from a round-end checkpoint may already hold the round its next epoch serves
@@ -74,7 +75,8 @@ class RegenerateExperience(L.Callback):
                 raise
 
     STATE = ("rounds", "epochs_ended", "last_end_step", "totals", "reward_means", "source_means",
-             "triggers", "replay_fracs", "abstained", "timeouts", "dropped_in_a_row", "last_round")  # checkpointed
+             "triggers", "replay_fracs", "abstained", "timeouts", "dropped_in_a_row", "last_round",
+             "dynamic_totals")  # checkpointed
 
     def state_dict(self) -> dict:
         return copy.deepcopy({k: getattr(self, k) for k in self.STATE})
@@ -103,6 +105,7 @@ class RegenerateExperience(L.Callback):
         with full_weights(pl_module):  # FSDP: gathered once for the whole round; a no-op otherwise
             if dynamic:  # DAPO: callbacks/dynamic_sampling.py
                 whole, self.round_extra = self._dynamic_round(pl_module, dm, planned)
+                self._say_short(trainer, len(planned))
             else:
                 local = self._local_round(pl_module, dm, prompts)
         if not dynamic:
@@ -126,6 +129,15 @@ class RegenerateExperience(L.Callback):
         batches, chosen, metrics = fill_round(planned, dm.fresh_prompts, scored, pl_module.max_gen_batches)
         records = annotate_by_rank(pl_module.annotate, chosen)
         return (records, *merged(batches)), metrics
+
+    def _say_short(self, trainer, planned: int) -> None:
+        """One console line when dynamic sampling hit its cap with fewer groups with signal than planned."""
+        m = self.round_extra
+        if m["rollout/dynamic_kept_groups"] < planned or m["rollout/dynamic_no_signal"]:
+            say(trainer, f"[rollout] round {self.rounds + 1}: {m['rollout/gen_batches']:.0f} generation batches "
+                         f"(algorithm.max_gen_batches), {m['rollout/dynamic_dropped_groups']:.0f} groups tied; "
+                         f"training on {m['rollout/dynamic_kept_groups']:.0f} of {planned} groups"
+                         + (" (none with signal: served as they are)" if m["rollout/dynamic_no_signal"] else ""))
 
     def _local_round(self, pl_module, dm, prompts):
         """Generate, score and annotate this rank's samples: (annotated records, rewards of the samples
@@ -259,6 +271,8 @@ class RegenerateExperience(L.Callback):
             "perf/generated_tokens_per_sec": gen_tokens / max(out.seconds, 1e-9),
         }
         metrics |= mismatch | self.round_extra
+        for k, v in self.round_extra.items():  # rollout/gen_batches → rollout/gen_batches_total, ...
+            self.dynamic_totals[f"{k}_total"] = self.dynamic_totals.get(f"{k}_total", 0.0) + v
         metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
         metrics |= getattr(trainer.datamodule, "round_stats", dict)()
         self.replay_fracs.append(metrics.get("rollout/replay_frac", 0.0))
@@ -287,6 +301,7 @@ class RegenerateExperience(L.Callback):
                 "rollout/reward_abstained": self.abstained,
                 "rollout/reward_timeouts": self.timeouts,
                 **per_source,
+                **self.dynamic_totals,
                 **{f"cost/{k}": v for k, v in self.totals.items()},
                 **self._reward_stats(),
                 **{k: v for k, v in self.last_round.items() if k.startswith("rollout/logp_mismatch")},

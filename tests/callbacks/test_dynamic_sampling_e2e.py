@@ -30,6 +30,7 @@ def test_no_signal_anywhere_generates_every_batch_and_counts_it(tmp_path):
     grpo = json.loads((out / "summary.json").read_text())["grpo"]
     assert grpo["cost/records_generated"] == 3 * 3 * 4 * 8
     assert grpo["cost/records_used"] == 3 * 4 * 8 and grpo["train/steps"] == 3
+    assert grpo["rollout/gen_batches_total"] == 9 and grpo["rollout/dynamic_dropped_groups_total"] == 36
 
 
 def test_groups_with_signal_fill_the_round_with_replay_too(tmp_path):
