@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import lightning as L
 
-from callbacks.logging import find_callback, log_now
+from callbacks.logging import find_callback
 from hardware.console import say
 
 
@@ -56,7 +56,6 @@ class StageBudget(L.Callback):
             return
         self.stop_reason, trainer.should_stop = reason, True
         say(trainer, f"[budget] step {trainer.global_step}: stage ends on {reason}")
-        log_now(trainer, {"budget/spent": 1.0})
 
     def on_fit_start(self, trainer, pl_module):
         if self.generated_tokens is not None or self.usd is not None:
