@@ -54,3 +54,26 @@ def test_groups_with_signal_fill_the_round_with_replay_too(tmp_path):
     generated = sum(float(r["rollout/gen_batches"]) * fresh * 8 for r, fresh in zip(made, planned))
     grpo = json.loads((out / "summary.json").read_text())["grpo"]
     assert grpo["cost/records_generated"] == generated
+
+
+def test_on_two_ranks_the_loop_and_the_budget_decide_alike(tmp_path):
+    """hardware=ddp, 2 ranks, 8 planned groups a round (4 per rank), the exact verifier on an untrained
+    model (no signal anywhere): each round makes its 3 batches (3 × 64 samples, counted once over the
+    ranks) and serves the last batch (64 records = 2 steps of 32). budget.generated_tokens=1500: one round
+    is at most 3 × 64 × 6 = 1,152 tokens, so the stage ends after the first round whose cumulative count
+    reaches 1,500 (round 2 at the earliest), on both ranks at once (the job ends cleanly)."""
+    out = tmp_path / "run"
+    proc = train("hardware=ddp", *GRPO, "data.prompts_per_round=8", "data.micro_batch_size=8",
+                 "trainer.max_steps=20", "algorithm.dynamic_sampling=true", "algorithm.max_gen_batches=3",
+                 "budget.generated_tokens=1500", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    made = rounds(out)
+    totals = [int(float(r["cost/generated_tokens"])) for r in made]
+    k = next(i + 1 for i, t in enumerate(totals) if t >= 1500)
+    assert k >= 2 and len(made) == k
+    assert all(float(r["rollout/gen_batches"]) == 3 and float(r["rollout/dynamic_dropped_groups"]) == 24
+               for r in made)
+    grpo = json.loads((out / "summary.json").read_text())["grpo"]
+    assert grpo["cost/records_generated"] == k * 3 * 64 and grpo["cost/records_used"] == k * 64
+    assert grpo["train/steps"] == 2 * k
+    assert grpo["stop_reason"] == f"budget.generated_tokens ({totals[-1]:,} ≥ 1,500)"
