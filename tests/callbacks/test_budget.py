@@ -107,3 +107,12 @@ def test_the_budget_check_comes_before_regeneration(hydra_conf):
     assert budget.spent(Trainer) is None
     Trainer.callbacks[1].totals["generated_tokens"] = 10
     assert budget.spent(Trainer) == "budget.generated_tokens (10 ≥ 10)"
+
+
+def test_a_budget_with_a_decaying_schedule_is_warned_about(hydra_conf):
+    from run.validation.values import budget_warning
+    assert budget_warning(hydra_conf(["algorithm=grpo", "budget.generated_tokens=1000"])) is None  # constant
+    assert budget_warning(hydra_conf(["algorithm=grpo", "scheduler=linear"])) is None  # no budget
+    note = budget_warning(hydra_conf(["algorithm=grpo", "scheduler=linear", "budget.usd=2.5", "trainer.max_steps=50"]))
+    assert note.startswith("budget.usd=2.5 with a schedule that decays over trainer.max_steps=50")
+    assert budget_warning(hydra_conf(["algorithm=sft", "data=demonstrations", "budget.generated_tokens=9"])) is None
