@@ -23,8 +23,9 @@ class GRPOModule(RolloutModule):
                  overlong_cache: int | None, overlong_max_len: int, overlong_filter: bool, **kwargs):
         super().__init__(**kwargs)
         self.advantage_fn = advantage
-        self.dynamic_sampling, self.max_gen_batches = dynamic_sampling, max_gen_batches  # read by the regeneration
-        self.overlong_cache, self.overlong_max_len, self.overlong_filter = overlong_cache, overlong_max_len, overlong_filter
+        self.dynamic_sampling, self.max_gen_batches = dynamic_sampling, max_gen_batches  # read by RegenerateExperience
+        self.overlong_cache, self.overlong_max_len = overlong_cache, overlong_max_len
+        self.overlong_filter = overlong_filter
 
     def annotate(self, records: list[ExperienceRecord]) -> list[ExperienceRecord]:
         """Advantages from rewards (+ the overlong penalty when on) and group ids (`algorithm.advantage`:

@@ -89,5 +89,6 @@ class Samples(OpenNode):
 CALLBACKS = {"callbacks.regenerate.RegenerateExperience": Regenerate,
              "callbacks.evaluate.HeldOutEvaluation": Evaluate,
              "callbacks.preference_eval.PreferenceEvaluation": PreferenceEval,
-             "callbacks.budget.StageBudget": BudgetCallback, "callbacks.drift.DriftTrigger": Drift, "callbacks.guards.LearningGuards": Guards,
+             "callbacks.budget.StageBudget": BudgetCallback,
+             "callbacks.drift.DriftTrigger": Drift, "callbacks.guards.LearningGuards": Guards,
              "callbacks.progress.StageProgressBar": Progress, "callbacks.wandb_run.WandbSamples": Samples}
