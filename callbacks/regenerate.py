@@ -16,6 +16,7 @@ import copy
 import lightning as L
 import torch
 
+from callbacks.dynamic_sampling import GenBatch, annotate_by_rank, fill_round, merged
 from callbacks.logging import log_now
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from generators.base import GenerationOutput, completion_texts, finished, stop_ids
@@ -49,11 +50,14 @@ class RegenerateExperience(L.Callback):
         self.source_means: dict[str, list[float]] = {}  # per reward source (and gold), one mean a round
         self.abstained = self.timeouts = 0
         self.first_error: str | None = None
+        self.round_extra: dict[str, float] = {}  # the latest round's dynamic-sampling metrics
+        self.dynamic_totals: dict[str, float] = {}  # their sums over the stage (summary.json)
 
     def on_fit_start(self, trainer, pl_module):
         # A run resumed from a round-end checkpoint may already hold the round its next epoch serves
         # (one more round than epochs ended); Lightning restores the loops only after on_fit_start.
-        if getattr(trainer.datamodule, "online", False) and self.rounds <= self.epochs_ended:
+        stopped = trainer.should_stop  # callbacks/budget.py: the stage's budget is already spent
+        if getattr(trainer.datamodule, "online", False) and self.rounds <= self.epochs_ended and not stopped:
             self.regenerate(trainer, pl_module, "start")
 
     def on_train_epoch_end(self, trainer, pl_module):
@@ -62,6 +66,7 @@ class RegenerateExperience(L.Callback):
         before = self.state_dict()
         self.epochs_ended, self.last_end_step = self.epochs_ended + 1, trainer.global_step
         done = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
+        done = done or trainer.should_stop  # callbacks/budget.py (before this callback) ended the stage
         if getattr(trainer.datamodule, "online", False) and not done:
             try:
                 self.regenerate(trainer, pl_module, getattr(pl_module, "round_end", lambda: None)() or "schedule")
@@ -70,7 +75,8 @@ class RegenerateExperience(L.Callback):
                 raise
 
     STATE = ("rounds", "epochs_ended", "last_end_step", "totals", "reward_means", "source_means",
-             "triggers", "replay_fracs", "abstained", "timeouts", "dropped_in_a_row", "last_round")  # checkpointed
+             "triggers", "replay_fracs", "abstained", "timeouts", "dropped_in_a_row", "last_round",
+             "dynamic_totals")  # checkpointed
 
     def state_dict(self) -> dict:
         return copy.deepcopy({k: getattr(self, k) for k in self.STATE})
@@ -87,28 +93,62 @@ class RegenerateExperience(L.Callback):
             say(trainer, f"[rollout] step {trainer.global_step}: round ended early ({trigger}); regenerating")
         log_now(trainer, {f"rollout/trigger/{trigger}": 1.0})
         getattr(dm, "on_trigger", lambda reason: None)(trigger)  # replay_mix: fresh round after drift
-        mine = distributed.shard(dm.next_prompts())  # this rank's groups (all of them with one process)
+        planned = dm.next_prompts()
+        mine = distributed.shard(planned)  # this rank's groups (all of them with one process)
         prompts = [p for p in mine for _ in range(dm.group_size)]
         if distributed.world_size() > 1:  # each rank its own random stream (seed_everything gave all one)
             torch.manual_seed(dm.seed * 1_000_003 + 7_919 * self.rounds + distributed.rank())
         # Before the round (online DPO refreshes its reference), outside the gathered weights: under
         # FSDP the shards are the weights, and a write to a gathered copy would be lost.
         getattr(pl_module, "round_start", lambda index: None)(self.rounds)
+        self.round_extra, dynamic = {}, getattr(pl_module, "dynamic_sampling", False)
         with full_weights(pl_module):  # FSDP: gathered once for the whole round; a no-op otherwise
-            local = self._local_round(pl_module, dm, prompts)
-        records, rewards, out, report, mismatch, prompt_tokens = self._whole_round(*local, prompts)
-        if rewards:
+            if dynamic:  # DAPO: callbacks/dynamic_sampling.py
+                whole, self.round_extra = self._dynamic_round(pl_module, dm, planned)
+                self._say_short(trainer, len(planned))
+            else:
+                local = self._local_round(pl_module, dm, prompts)
+        if not dynamic:
+            whole = self._whole_round(*local, prompts)
+        records, rewards, out, report, mismatch, prompt_tokens = whole
+        if rewards and (records or not getattr(pl_module, "overlong_filter", False)):
             dm.put(records)
             self.dropped_in_a_row = 0
         else:
-            self._all_dropped(trainer, dm, report)
+            self._all_dropped(trainer, dm, report, bool(rewards))
         self._account(trainer, pl_module, prompt_tokens, out, report, rewards, mismatch)
         return records
+
+    def _dynamic_round(self, pl_module, dm, planned):
+        """DAPO's dynamic sampling: batches of fresh groups until the round holds as many groups with
+        signal as it planned (or algorithm.max_gen_batches): the whole round, and its rollout metrics."""
+        def scored(groups):
+            prompts = [p for p in distributed.shard(groups) for _ in range(dm.group_size)]
+            return GenBatch(*self._whole_round(*self._scored(pl_module, dm, prompts), prompts))
+
+        batches, chosen, metrics = fill_round(planned, dm.fresh_prompts, scored, pl_module.max_gen_batches)
+        records = annotate_by_rank(pl_module.annotate, chosen)
+        return (records, *merged(batches)), metrics
+
+    def _say_short(self, trainer, planned: int) -> None:
+        """One console line when dynamic sampling hit its cap with fewer groups with signal than planned."""
+        m = self.round_extra
+        if m["rollout/dynamic_kept_groups"] < planned or m["rollout/dynamic_no_signal"]:
+            say(trainer, f"[rollout] round {self.rounds + 1}: {m['rollout/gen_batches']:.0f} generation batches "
+                         f"(algorithm.max_gen_batches), {m['rollout/dynamic_dropped_groups']:.0f} groups tied; "
+                         f"training on {m['rollout/dynamic_kept_groups']:.0f} of {planned} groups"
+                         + (" (none with signal: served as they are)" if m["rollout/dynamic_no_signal"] else ""))
 
     def _local_round(self, pl_module, dm, prompts):
         """Generate, score and annotate this rank's samples: (annotated records, rewards of the samples
         kept, generation output, score report, log-prob mismatch). Annotation may turn records into
-        others (online DPO's pairs) or keep fewer (rejection sampling)."""
+        others (online DPO's pairs) or keep fewer (rejection sampling, GRPO's overlong filter)."""
+        records, rewards, out, report, mismatch = self._scored(pl_module, dm, prompts)
+        return (pl_module.annotate(records) if records else []), rewards, out, report, mismatch
+
+    def _scored(self, pl_module, dm, prompts):
+        """Generate and score this rank's samples: (scored records, their rewards, generation output,
+        score report, log-prob mismatch); no annotation."""
         out = self.generator.sample(pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts])
         texts = completion_texts(dm.tokenizer, out.completions, stop_ids(pl_module.policy, dm.tokenizer))
         examples = [ex for ex, _, _ in prompts]
@@ -122,7 +162,7 @@ class RegenerateExperience(L.Callback):
             if score is not None  # None: abstained (or the source failed): dropped, counted
         ]
         mismatch = self._logprob_mismatch(pl_module, records) if records else {}
-        return (pl_module.annotate(records) if records else []), [r.reward for r in records], out, report, mismatch
+        return records, [r.reward for r in records], out, report, mismatch
 
     @staticmethod
     def _whole_round(records, rewards, out, report, mismatch, prompts):
@@ -141,11 +181,12 @@ class RegenerateExperience(L.Callback):
                 ScoreReport.merge(list(reports)), distributed.combine(list(zip(tokens, mismatches))),
                 sum(prompt_tokens))
 
-    def _all_dropped(self, trainer, dm, report) -> None:
+    def _all_dropped(self, trainer, dm, report, scored: bool = False) -> None:
         """Every sample of the round was dropped: serve the previous round again, loudly, and stop after
         `max_dropped_rounds` such rounds in a row (training on ever staler data is no longer RL)."""
         self.dropped_in_a_row += 1
-        why = report.first_error or "the reward source abstained on every sample"
+        why = report.first_error or ("algorithm.overlong_filter removed every sample (all cut at the length limit)"
+                                     if scored else "the reward source abstained on every sample")
         if not dm.epoch_records():
             raise RuntimeError(f"round {self.rounds + 1} has no scored sample ({why}) and there is no earlier "
                                f"round to serve again; check the reward source (reward=...) and the task")
@@ -229,7 +270,9 @@ class RegenerateExperience(L.Callback):
             "cost/generation_seconds": t["generation_seconds"],
             "perf/generated_tokens_per_sec": gen_tokens / max(out.seconds, 1e-9),
         }
-        metrics |= mismatch
+        metrics |= mismatch | self.round_extra
+        for k, v in self.round_extra.items():  # rollout/gen_batches → rollout/gen_batches_total, ...
+            self.dynamic_totals[f"{k}_total"] = self.dynamic_totals.get(f"{k}_total", 0.0) + v
         metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
         metrics |= getattr(trainer.datamodule, "round_stats", dict)()
         self.replay_fracs.append(metrics.get("rollout/replay_frac", 0.0))
@@ -258,6 +301,7 @@ class RegenerateExperience(L.Callback):
                 "rollout/reward_abstained": self.abstained,
                 "rollout/reward_timeouts": self.timeouts,
                 **per_source,
+                **self.dynamic_totals,
                 **{f"cost/{k}": v for k, v in self.totals.items()},
                 **self._reward_stats(),
                 **{k: v for k, v in self.last_round.items() if k.startswith("rollout/logp_mismatch")},

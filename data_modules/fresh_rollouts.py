@@ -43,8 +43,12 @@ class FreshRolloutsDataModule(ExperienceDataModule):
 
     def next_prompts(self, n: int | None = None) -> list[tuple[Example, list[int], int]]:
         """The next n (default prompts_per_round) (example, prompt ids, group id), in a seeded order."""
+        return self.fresh_prompts(self.prompts_per_round if n is None else n)
+
+    def fresh_prompts(self, n: int) -> list[tuple[Example, list[int], int]]:
+        """The next n prompts of the stream, nothing else planned (dynamic sampling's refills)."""
         out = []
-        for _ in range(self.prompts_per_round if n is None else n):
+        for _ in range(n):
             idx = self._order[self.cursor % len(self._order)]
             self.cursor += 1
             if idx not in self._encoded:

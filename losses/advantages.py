@@ -117,3 +117,14 @@ def reinforce_pp_advantages(
     centred = r - mean[inv]
     adv = _whiten(centred) if scale_by_std else centred
     return adv, _group_metrics(count, std)
+
+
+def groups_with_signal(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """DAPO's dynamic-sampling filter (Yu et al. 2025, §3.2): which samples belong to a group whose rewards
+    are not all equal (population std ≥ eps), i.e. a group that gives a non-zero group-relative advantage.
+    rewards [N], group_ids [N] as in `group_relative_advantages` → keep [N] bool; a group of one sample has
+    std 0 and is dropped (the groups `frac_zero_std` counts are exactly those dropped here)."""
+    if rewards.numel() == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    _, inv, _, _, std = _group_stats(rewards, group_ids)
+    return (std >= eps)[inv]

@@ -30,7 +30,7 @@ from run.overrides import has_key, takes, unmatched_problem
 from run.validation.config import validate
 from run.validation.data import check_stage_data
 from run.validation.schemas import stage_list_problems
-from run.validation.values import warmup_warning
+from run.validation.values import budget_warning, warmup_warning
 from tasks.jsonl import DataFileError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -125,9 +125,9 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
 def _warn(stages: list[Stage]) -> None:
     """One line on stderr (rank 0) for each stage setting that is allowed but likely not meant."""
     for stage in stages:
-        note = warmup_warning(stage.cfg)
-        if note and distributed.is_zero():
-            print(f"warning: stage {stage.name}: {note}", file=sys.stderr, flush=True)
+        for note in (warmup_warning(stage.cfg), budget_warning(stage.cfg)):
+            if note and distributed.is_zero():
+                print(f"warning: stage {stage.name}: {note}", file=sys.stderr, flush=True)
 
 
 def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, name: str,

@@ -1,5 +1,8 @@
 """GRPO (Shao et al. 2024): group-relative advantages, an off-policy-corrected (PPO-clipped by default)
-surrogate, and k3 KL to a frozen reference. Everything but the advantages lives in trainers/rollout.py."""
+surrogate, and k3 KL to a frozen reference. Everything but the advantages lives in trainers/rollout.py.
+DAPO's options (Yu et al. 2025): dynamic sampling (callbacks/dynamic_sampling.py builds such a round;
+this module only carries its settings), the soft overlong penalty added to the reward before advantages
+and overlong filtering (losses/overlong.py)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -7,28 +10,57 @@ from typing import Callable
 import torch
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord
+from generators.base import finished, stop_ids
 from losses.common import aggregate
+from losses.overlong import overlong_penalty, truncated
 from trainers.rollout import RolloutModule
 
 
 class GRPOModule(RolloutModule):
     """group_size samples per prompt; μ = epochs_per_round passes over each round; β·KL(π‖π_ref)."""
 
-    def __init__(self, advantage: Callable, **kwargs):
+    def __init__(self, advantage: Callable, dynamic_sampling: bool, max_gen_batches: int,
+                 overlong_cache: int | None, overlong_max_len: int, overlong_filter: bool, **kwargs):
         super().__init__(**kwargs)
         self.advantage_fn = advantage
+        self.dynamic_sampling, self.max_gen_batches = dynamic_sampling, max_gen_batches  # read by RegenerateExperience
+        self.overlong_cache, self.overlong_max_len = overlong_cache, overlong_max_len
+        self.overlong_filter = overlong_filter
 
     def annotate(self, records: list[ExperienceRecord]) -> list[ExperienceRecord]:
-        """Advantages from rewards and group ids (`algorithm.advantage`: group-relative, leave-one-out or
-        REINFORCE++-baseline, losses/advantages.py); reference log-probs when β > 0."""
+        """Advantages from rewards (+ the overlong penalty when on) and group ids (`algorithm.advantage`:
+        group-relative, leave-one-out or REINFORCE++-baseline, losses/advantages.py); reference log-probs
+        when β > 0. With overlong_filter, truncated samples count in their group's baseline but are not
+        returned (not served, so out of the loss entirely)."""
         rewards = torch.tensor([r.reward for r in records])
         groups = torch.tensor([r.group_id for r in records])
-        adv, stats = self.advantage_fn(rewards, groups)
+        shaped, overlong = self._overlong(records, rewards)
+        adv, stats = self.advantage_fn(shaped, groups)
         for r, a in zip(records, adv.tolist()):
             r.advantage = a
-        self.last_round_stats = {k: float(v) for k, v in stats.items()}
+        self.last_round_stats = {k: float(v) for k, v in stats.items()} | overlong
+        if self.overlong_filter:
+            cut = self._truncated(records).tolist()
+            records = [r for r, c in zip(records, cut) if not c]
         self.annotate_reference(records)
         return records
+
+    def _truncated(self, records: list[ExperienceRecord]) -> torch.Tensor:
+        stops = set(stop_ids(self.policy, self.tokenizer))
+        lengths = torch.tensor([len(r.completion_ids) for r in records])
+        ended = torch.tensor([finished(r.completion_ids, stops) for r in records], dtype=torch.bool)
+        return truncated(lengths, ended, self.overlong_max_len)
+
+    def _overlong(self, records, rewards: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """The rewards the advantages see (DAPO's soft overlong penalty added when overlong_cache is set;
+        the records keep their scored reward) and the round's rollout/overlong_* metrics."""
+        stats = {"overlong_filtered": float(self._truncated(records).sum())} if self.overlong_filter else {}
+        if self.overlong_cache is None or rewards.numel() == 0:
+            return rewards, stats
+        lengths = torch.tensor([len(r.completion_ids) for r in records])
+        penalty = overlong_penalty(lengths, self.overlong_max_len, self.overlong_cache)
+        return rewards.float() + penalty, stats | {"overlong_penalty_mean": float(penalty.mean()),
+                                                   "overlong_penalized_frac": float((penalty < 0).float().mean())}
 
     def micro_loss(self, batch: ExperienceBatch):
         logp = self.sequence_logprobs(self.policy, batch)

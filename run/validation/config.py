@@ -87,6 +87,14 @@ def _check_replay(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"data.harvest={harvest!r}: no such directory (a store written with data.store=...)")
 
 
+def _check_overlong(cfg: DictConfig, errors: list[str]) -> None:
+    """GRPO's overlong penalty ramps over the last overlong_cache tokens of overlong_max_len (losses/overlong.py)."""
+    cache, limit = raw(cfg, "algorithm.overlong_cache"), raw(cfg, "algorithm.overlong_max_len")
+    if is_int(cache) and is_int(limit) and cache > limit:
+        errors.append(f"algorithm.overlong_cache={cache} must be at most algorithm.overlong_max_len={limit} "
+                      f"(the penalty ramps over the last overlong_cache tokens before the length limit)")
+
+
 def _check_micro_batches(cfg: DictConfig, errors: list[str]) -> None:
     """The micro-batch divides the batch (each is a positive integer: the schema)."""
     batch, micro = raw(cfg, "data.batch_size"), raw(cfg, "data.micro_batch_size")
@@ -146,7 +154,7 @@ def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[st
     return found
 
 
-CHECKS = (_check_rounds, _check_replay, _check_files, _check_micro_batches, _check_generator,
+CHECKS = (_check_rounds, _check_replay, _check_overlong, _check_files, _check_micro_batches, _check_generator,
           _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora, check_model_shape,
           check_precision, check_buffer, check_store)
 GATES = (check_moved_targets, _check_resolves, check_schemas)  # an old path, a broken ${...}, a bad value:

@@ -47,6 +47,20 @@ def _check_sandbox_budget(cfg: DictConfig, errors: list[str]) -> None:
                       f"batch must fit at least one run")
 
 
+def budget_warning(cfg: DictConfig) -> str | None:
+    """A budget (budget.*) with a schedule that decays over trainer.max_steps: the budget may end the stage
+    before the learning rate has decayed (callbacks/budget.py; docs/experience.md)."""
+    generates = raw(cfg, "data.prompts_per_round") is not None  # an SFT stage never spends a token budget
+    budgets = [f"budget.{k}={raw(cfg, f'budget.{k}')}" for k in ("generated_tokens", "usd")
+               if raw(cfg, f"budget.{k}") is not None and (k == "usd" or generates)]
+    decays = raw(cfg, "algorithm.scheduler.num_training_steps") is not None
+    if budgets and decays:
+        return (f"{' and '.join(budgets)} with a schedule that decays over trainer.max_steps="
+                f"{raw(cfg, 'trainer.max_steps')}: if the budget ends the stage first, the learning rate is cut "
+                f"where it is; use scheduler=constant, or set trainer.max_steps to the steps the budget buys")
+    return None
+
+
 def warmup_warning(cfg: DictConfig) -> str | None:
     """algorithm.scheduler.num_warmup_steps > trainer.max_steps: the learning rate never reaches
     algorithm.optimizer.lr (a warning, not an error: a smoke test of a few steps is such a run)."""

@@ -61,6 +61,11 @@ class Algorithm(OpenNode):
     kl_coef: NonNegativeNumber = None
     target_kl: optional(PositiveNumber, "for no early stop") = None
     save_dir: OptionalPath = None
+    dynamic_sampling: Bool = None
+    max_gen_batches: PositiveInt = None
+    overlong_cache: optional(PositiveInt, "(off)") = None
+    overlong_max_len: PositiveInt = None
+    overlong_filter: Bool = None
     optimizer: Optimizer = None
     scheduler: Scheduler | None = None
 

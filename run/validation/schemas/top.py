@@ -22,6 +22,13 @@ class Cost(OpenNode):
     usd_per_mtok_trained: NonNegativeNumber = None
 
 
+class Budget(Node):
+    """Stop conditions of each stage (callbacks/budget.py): null is off; a budget ≤ 0 would end a stage
+    before it trains."""
+    generated_tokens: optional(PositiveInt, "(off)") = None
+    usd: optional(PositiveNumber, "(off)") = None
+
+
 class TopLevel(OpenNode):
     seed: Seed = None
     stages: must(list[StageSpec], "a list of {name, overrides}") = None
@@ -30,6 +37,7 @@ class TopLevel(OpenNode):
     resume_allow_changes: Bool = None
     checkpoint_every_n_rounds: PositiveInt = None
     cost: Cost = None
+    budget: Budget = None
 
 
 TOP_KEYS = tuple(TopLevel.model_fields)
@@ -64,6 +72,11 @@ class Guards(OpenNode):
     max_truncated_frac: Fraction = None
 
 
+class BudgetCallback(OpenNode):
+    generated_tokens: optional(PositiveInt, "(off)") = None
+    usd: optional(PositiveNumber, "(off)") = None
+
+
 class Progress(OpenNode):
     refresh_rate: NonNegativeInt = None
 
@@ -76,5 +89,6 @@ class Samples(OpenNode):
 CALLBACKS = {"callbacks.regenerate.RegenerateExperience": Regenerate,
              "callbacks.evaluate.HeldOutEvaluation": Evaluate,
              "callbacks.preference_eval.PreferenceEvaluation": PreferenceEval,
+             "callbacks.budget.StageBudget": BudgetCallback,
              "callbacks.drift.DriftTrigger": Drift, "callbacks.guards.LearningGuards": Guards,
              "callbacks.progress.StageProgressBar": Progress, "callbacks.wandb_run.WandbSamples": Samples}
