@@ -28,6 +28,7 @@ from run.checkpointing import AtomicCheckpointIO, ResumeState
 from run.epochs import plan_epochs
 from run.errors import ConfigError
 from run.overrides import has_key, takes, unmatched_problem
+from run.recipe import recipe_line
 from run.validation.config import validate
 from run.validation.data import check_stage_data
 from run.validation.preference_data import preference_records
@@ -163,8 +164,12 @@ def batch_arithmetic(cfg: DictConfig) -> str:
 
 
 def print_batch_arithmetic(stages: list[Stage]) -> None:
+    """Each stage's batch arithmetic, and the values it takes from the model's recipe (run/recipe.py)."""
     for stage in stages:
         say0(f"[batch] {stage.name}: {batch_arithmetic(stage.cfg)}")
+        line = recipe_line(stage.name, stage.cfg)
+        if line:
+            say0(line)
 
 
 def build(node: DictConfig, **runtime):

@@ -55,6 +55,7 @@ class RecipeEpochs(OpenNode):
 class Recipe(OpenNode):
     """The model's recipe (conf/recipe): the values the algorithm, scheduler, generator and trainer configs
     interpolate, checked here, where they are written."""
+    name: Text = None
     lr: RecipeLr = None
     warmup_steps: RecipeWarmup = None
     epochs: RecipeEpochs = None
