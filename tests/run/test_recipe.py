@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from run.recipe import recipe_line
 from run.stages import plan_stages
 from tests.bad_inputs.setups import edit_config, model_folder
 
@@ -74,6 +73,7 @@ def test_the_quickstart_under_model_hf_plans_a_pretrained_run(hydra_conf, hf_fol
 
 
 def test_the_console_names_the_values_taken_from_the_recipe(hydra_conf):
+    from run.recipe import recipe_line
     cfg = hydra_conf(["algorithm=grpo", "model=hf", "model.name_or_path=/m", "algorithm.optimizer.lr=1e-5"])
     assert recipe_line("grpo", cfg) == ("[recipe] grpo (recipe=pretrained): algorithm.scheduler.num_warmup_steps=0, "
                                         "generator.max_new_tokens=256")
