@@ -38,21 +38,13 @@ def plan_epochs(name: str, cfg: DictConfig, task: Task, records: int | None, use
     if "trainer.max_steps" in user_keys and "trainer.max_epochs" not in user_keys:
         _set(cfg, max_epochs=-1)  # the user's step count; the recipe's epochs step aside
         return None
-    if not isinstance(epochs, int) or epochs < 1:
+    if not isinstance(epochs, int) or epochs < 1 or "prompts_per_round" in cfg.data:  # rollouts: epoch = round
         return None
-    if raw(cfg, "data._target_") == DEMONSTRATIONS:
-        records = len(demonstration_examples(task, raw(cfg, "data.max_examples")))
-    elif "prompts_per_round" in cfg.data:  # a rollout stage: an epoch is a round, max_steps ends it
-        return None
-    if records is None:
-        problem = (f"trainer.max_epochs={epochs}: data={raw(cfg, 'data._target_')} does not know its training "
-                   f"records before the stage runs, so epochs cannot set its length: give trainer.max_steps=N")
-        raise ConfigError(f"stage {name!r}: {problem}", problems=[problem], where=f"stage {name}")
+    records = _records(name, cfg, task, records, epochs)
     batch = int(raw(cfg, "data.batch_size"))
     per_epoch = steps_per_epoch(records, batch, world_size_of(cfg.trainer))
     if per_epoch == 0:
-        problem = f"trainer.max_epochs={epochs}: the stage has no training records ({records} usable)"
-        raise ConfigError(f"stage {name!r}: {problem}", problems=[problem], where=f"stage {name}")
+        _refuse(name, f"trainer.max_epochs={epochs}: the stage has no training records ({records} usable)")
     steps, was = epochs * per_epoch, raw(cfg, "trainer.max_steps")
     if "trainer.max_steps" in user_keys:  # both given: Lightning stops at the first limit reached
         steps = min(steps, was)
@@ -61,6 +53,20 @@ def plan_epochs(name: str, cfg: DictConfig, task: Task, records: int | None, use
     return (f"[epochs] {name}: trainer.max_epochs={epochs} × {per_epoch:,} steps per epoch ({records:,} records "
             f"/ data.batch_size={batch}{short}) → trainer.max_steps={steps:,}"
             + (f" (was {was:,})" if was != steps else "") + "; the schedule decays over them")
+
+
+def _records(name: str, cfg: DictConfig, task: Task, records: int | None, epochs: int) -> int:
+    """The stage's training records per epoch: demonstrations counted here, preference data's given."""
+    if raw(cfg, "data._target_") == DEMONSTRATIONS:
+        return len(demonstration_examples(task, raw(cfg, "data.max_examples")))
+    if records is None:
+        _refuse(name, f"trainer.max_epochs={epochs}: data={raw(cfg, 'data._target_')} does not know its training "
+                      f"records before the stage runs, so epochs cannot set its length: give trainer.max_steps=N")
+    return records
+
+
+def _refuse(name: str, problem: str) -> None:
+    raise ConfigError(f"stage {name!r}: {problem}", problems=[problem], where=f"stage {name}")
 
 
 def _set(cfg: DictConfig, **values) -> None:
