@@ -13,7 +13,7 @@ class DemonstrationsDataModule(ExperienceDataModule):
     def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, micro_batch_size: int, seed: int,
                  source: str, max_examples: int | None = None):
         super().__init__(task, tokenizer, batch_size, micro_batch_size, seed)
-        examples = task.train[:max_examples] if max_examples else task.train
+        examples = demonstration_examples(task, max_examples)
         self.records = [self._record(ex, source, i) for i, ex in enumerate(examples)]
         # never trained on: callbacks/heldout_loss.py measures the held-out loss on them
         self.heldout_records = [self._record(ex, source, i) for i, ex in enumerate(task.heldout)]
@@ -29,3 +29,8 @@ class DemonstrationsDataModule(ExperienceDataModule):
 
     def epoch_records(self) -> list[ExperienceRecord]:
         return self.records
+
+
+def demonstration_examples(task: Task, max_examples: int | None) -> list:
+    """The training examples an epoch serves: the first `max_examples` (a demonstration budget), or all."""
+    return task.train[:max_examples] if max_examples else task.train

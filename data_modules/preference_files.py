@@ -80,6 +80,43 @@ class Columns:
         return None
 
 
+def parse_row(loc: str, row: dict, form: str, columns: Columns) -> tuple:
+    """A row's texts (plain or chat messages), checked without a tokenizer: (prompt, chosen, rejected) of a
+    paired row, (prompt, completion, label) of an unpaired one. Raises PreferenceDataError naming the row."""
+    c = columns
+    if c.form(row) != form:
+        need = [c.prompt, c.chosen, c.rejected] if form == "paired" else [c.prompt, c.completion, c.label]
+        missing = [k for k in need if k not in row and k != c.prompt]
+        raise PreferenceDataError(f"{loc}: missing column(s) {missing} of the {form} form "
+                                  f"(the file's first row set the form); row has {sorted(row)}")
+    return _parse_unpaired(loc, row, c) if form == "unpaired" else _parse_paired(loc, row, c)
+
+
+def _parse_paired(loc: str, row: dict, c: Columns) -> tuple:
+    chosen, rejected = _text_or_messages(loc, c.chosen, row), _text_or_messages(loc, c.rejected, row)
+    if c.prompt in row:
+        prompt = _text_or_messages(loc, c.prompt, row)
+    elif isinstance(chosen, list) and isinstance(rejected, list):  # implicit prompt: shared turns
+        prompt, chosen, rejected = chosen[:-1], chosen[-1:], rejected[-1:]
+        if not prompt or prompt != row[c.rejected][:-1]:
+            raise PreferenceDataError(f"{loc}: no {c.prompt!r} column, and {c.chosen!r} and "
+                                      f"{c.rejected!r} do not share every turn but the last")
+    else:
+        raise PreferenceDataError(f"{loc}: missing column {c.prompt!r}; row has {sorted(row)}")
+    if chosen == rejected:
+        raise PreferenceDataError(f"{loc}: {c.chosen!r} and {c.rejected!r} are identical")
+    return prompt, chosen, rejected
+
+
+def _parse_unpaired(loc: str, row: dict, c: Columns) -> tuple:
+    label = row[c.label]
+    if not isinstance(label, bool):
+        raise PreferenceDataError(f"{loc}: {c.label!r} must be a boolean (true/false), got {label!r}")
+    if c.prompt not in row:
+        raise PreferenceDataError(f"{loc}: missing column {c.prompt!r}; row has {sorted(row)}")
+    return _text_or_messages(loc, c.prompt, row), _text_or_messages(loc, c.completion, row), label
+
+
 class RowEncoder:
     """Turns validated rows into records; raises PreferenceDataError naming the row otherwise."""
 
@@ -87,49 +124,27 @@ class RowEncoder:
         self.tokenizer, self.columns, self.chat, self.source = tokenizer, columns, chat, source
 
     def encode(self, loc: str, row: dict, form: str, index: int) -> PreferenceRecord | UnpairedRecord:
-        c = self.columns
-        if c.form(row) != form:
-            need = [c.prompt, c.chosen, c.rejected] if form == "paired" else [c.prompt, c.completion, c.label]
-            missing = [k for k in need if k not in row and k != c.prompt]
-            raise PreferenceDataError(f"{loc}: missing column(s) {missing} of the {form} form "
-                                      f"(the file's first row set the form); row has {sorted(row)}")
+        parsed = parse_row(loc, row, form, self.columns)
         prov = Provenance(source=self.source, created_step=0, origin=loc)
         if form == "unpaired":
-            return self._unpaired(loc, row, prov, index)
-        return self._paired(loc, row, prov, index)
+            return self._unpaired(loc, parsed, prov, index)
+        return self._paired(loc, parsed, prov, index)
 
-    def _paired(self, loc, row, prov, index) -> PreferenceRecord:
-        c = self.columns
-        chosen, rejected = _text_or_messages(loc, c.chosen, row), _text_or_messages(loc, c.rejected, row)
-        if c.prompt in row:
-            prompt = _text_or_messages(loc, c.prompt, row)
-        elif isinstance(chosen, list) and isinstance(rejected, list):  # implicit prompt: shared turns
-            prompt, chosen, rejected = chosen[:-1], chosen[-1:], rejected[-1:]
-            if not prompt or prompt != row[c.rejected][:-1]:
-                raise PreferenceDataError(f"{loc}: no {c.prompt!r} column, and {c.chosen!r} and "
-                                          f"{c.rejected!r} do not share every turn but the last")
-        else:
-            raise PreferenceDataError(f"{loc}: missing column {c.prompt!r}; row has {sorted(row)}")
-        if chosen == rejected:
-            raise PreferenceDataError(f"{loc}: {c.chosen!r} and {c.rejected!r} are identical")
+    def _paired(self, loc, parsed, prov, index) -> PreferenceRecord:
+        prompt, chosen, rejected = parsed
         chat = self._is_chat(loc, prompt, chosen, rejected)
         prompt_ids = self._prompt_ids(prompt, chat)
         chosen_ids = self._completion_ids(loc, prompt, prompt_ids, chosen, chat)
         rejected_ids = self._completion_ids(loc, prompt, prompt_ids, rejected, chat)
         if chosen_ids == rejected_ids:
+            c = self.columns
             raise PreferenceDataError(f"{loc}: {c.chosen!r} and {c.rejected!r} encode to the same tokens")
         return PreferenceRecord(prompt_ids, chosen_ids, rejected_ids, prov, group_id=index,
                                 prompt_text=_show(prompt), chosen_text=_show(chosen),
                                 rejected_text=_show(rejected))
 
-    def _unpaired(self, loc, row, prov, index) -> UnpairedRecord:
-        c = self.columns
-        label = row[c.label]
-        if not isinstance(label, bool):
-            raise PreferenceDataError(f"{loc}: {c.label!r} must be a boolean (true/false), got {label!r}")
-        if c.prompt not in row:
-            raise PreferenceDataError(f"{loc}: missing column {c.prompt!r}; row has {sorted(row)}")
-        prompt, completion = _text_or_messages(loc, c.prompt, row), _text_or_messages(loc, c.completion, row)
+    def _unpaired(self, loc, parsed, prov, index) -> UnpairedRecord:
+        prompt, completion, label = parsed
         chat = self._is_chat(loc, prompt, completion)
         prompt_ids = self._prompt_ids(prompt, chat)
         ids = self._completion_ids(loc, prompt, prompt_ids, completion, chat)
@@ -194,10 +209,8 @@ def _show(value) -> str:
     return value if isinstance(value, str) else "\n".join(f"{m['role']}: {m['content']}" for m in value)
 
 
-def load_records(path: str, tokenizer, columns: Columns, chat: bool, split: str, skip_bad_rows: bool,
-                 stats) -> list:
-    """Read `path` and encode every row; the first row decides the form (paired or unpaired)."""
-    rows = read_rows(path, split)
+def file_form(path: str, rows: list[tuple[str, dict]], columns: Columns) -> str:
+    """'paired' or 'unpaired': the form the first row's columns set (every row must then have it)."""
     if not rows:
         raise PreferenceDataError(f"{path}: no rows")
     loc, first = rows[0]
@@ -206,6 +219,37 @@ def load_records(path: str, tokenizer, columns: Columns, chat: bool, split: str,
         raise PreferenceDataError(
             f"{loc}: missing columns: need {[columns.prompt, columns.chosen, columns.rejected]} (paired) "
             f"or {[columns.prompt, columns.completion, columns.label]} (unpaired, KTO); row has {sorted(first)}")
+    return form
+
+
+@dataclass
+class FileCheck:
+    """What a preference file holds, read without a tokenizer: its form and how many rows parse."""
+    form: str
+    rows: int
+    good: int
+
+
+def check_file(path: str, columns: Columns, split: str, skip_bad_rows: bool) -> FileCheck:
+    """Read `path` and parse every row (columns present, texts and labels well-formed), as `load_records`
+    will before tokenizing: a bad row raises PreferenceDataError naming it unless `skip_bad_rows`."""
+    rows = read_rows(path, split)
+    form, good = file_form(path, rows, columns), 0
+    for loc, row in rows:
+        try:
+            parse_row(loc, row, form, columns)
+            good += 1
+        except PreferenceDataError:
+            if not skip_bad_rows:
+                raise
+    return FileCheck(form, len(rows), good)
+
+
+def load_records(path: str, tokenizer, columns: Columns, chat: bool, split: str, skip_bad_rows: bool,
+                 stats) -> list:
+    """Read `path` and encode every row; the first row decides the form (paired or unpaired)."""
+    rows = read_rows(path, split)
+    form = file_form(path, rows, columns)
     encoder, records = RowEncoder(tokenizer, columns, chat, source="dataset"), []
     for index, (loc, row) in enumerate(rows):
         try:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from transformers import PreTrainedTokenizerBase
 
-from data_modules.preference_files import Columns, PreferenceDataError, load_records
+from data_modules.preference_files import Columns, PreferenceDataError, check_file, load_records
 from data_modules.preferences import (PreferenceDataModule, PreferenceRecord, UnpairedRecord,
                                       assign_kl_completions, unpair)
 from tasks.base import Task
@@ -43,11 +43,8 @@ class StaticPreferencesDataModule(PreferenceDataModule):
             args = (tokenizer, Columns(**columns), chat, split, skip_bad_rows, self.stats)
             train = load_records(path, *args)
             heldout = load_records(heldout_path, *args) if heldout_path else []
-            if not heldout_path and num_heldout:
-                if num_heldout >= len(train):
-                    raise PreferenceDataError(f"{path}: data.num_heldout={num_heldout} but only "
-                                              f"{len(train)} usable rows")
-                train, heldout = train[: len(train) - num_heldout], train[len(train) - num_heldout:]
+            if not heldout_path:
+                train, heldout = split_heldout(path, train, num_heldout)
         self.records = self._form(train, unpaired, path)
         self.heldout_pairs = [r for r in heldout if isinstance(r, PreferenceRecord)]  # accuracy needs pairs
         self.stats.records, self.stats.heldout_records = len(self.records), len(self.heldout_pairs)
@@ -56,12 +53,9 @@ class StaticPreferencesDataModule(PreferenceDataModule):
 
     def _form(self, records: list, unpaired: bool, path: str | None) -> list:
         is_pairs = isinstance(records[0], PreferenceRecord) if records else True
+        check_form(path, is_pairs, unpaired)
         if unpaired:
             return unpair(records, self.seed) if is_pairs else assign_kl_completions(records, self.seed)
-        if not is_pairs:
-            raise PreferenceDataError(f"{path}: holds unpaired rows (prompt, completion, label), which only "
-                                      f"algorithm=kto learns from; dpo, ipo and reward_model need "
-                                      f"prompt/chosen/rejected pairs")
         return records
 
     def setup(self, stage: str) -> None:
@@ -103,6 +97,42 @@ class StaticPreferencesDataModule(PreferenceDataModule):
               f"{s.skipped_rows} bad rows skipped", flush=True)
         for message in s.first_skips:
             print(f"[data]   skipped {message}", flush=True)
+
+
+def split_heldout(path: str, train: list, num_heldout: int) -> tuple[list, list]:
+    """(training rows, held-out rows): the last `num_heldout` usable rows of `path` are held out."""
+    if not num_heldout:
+        return train, []
+    if num_heldout >= len(train):
+        raise PreferenceDataError(f"{path}: data.num_heldout={num_heldout} but only {len(train)} usable rows")
+    return train[: len(train) - num_heldout], train[len(train) - num_heldout:]
+
+
+def check_form(path: str | None, is_pairs: bool, unpaired: bool) -> None:
+    """Unpaired rows (prompt, completion, label) train KTO only."""
+    if not unpaired and not is_pairs:
+        raise PreferenceDataError(f"{path}: holds unpaired rows (prompt, completion, label), which only "
+                                  f"algorithm=kto learns from; dpo, ipo and reward_model need "
+                                  f"prompt/chosen/rejected pairs")
+
+
+def planned_records(path: str | None, heldout_path: str | None, num_heldout: int, split: str, columns: dict,
+                    unpaired: bool, skip_bad_rows: bool, synthetic_pairs: int | None) -> int | None:
+    """The training records the module will serve per epoch, known before any tokenizer: the files are read
+    and every row parsed (a bad row raises PreferenceDataError naming it, as at load time). With no file,
+    `synthetic_pairs` pairs (None: not known until the stage runs). KTO serves a pair as two records."""
+    if path is None:
+        rows, is_pairs = synthetic_pairs, True
+    else:
+        found = check_file(path, Columns(**columns), split, skip_bad_rows)
+        if heldout_path:
+            check_file(heldout_path, Columns(**columns), split, skip_bad_rows)
+        rows = found.good if heldout_path else len(split_heldout(path, range(found.good), num_heldout)[0])
+        is_pairs = found.form == "paired"
+        check_form(path, is_pairs, unpaired)
+    if rows is None:
+        return None
+    return 2 * rows if unpaired and is_pairs else rows
 
 
 def fit_to_context(record: PreferenceRecord | UnpairedRecord, limit: int) -> int:

@@ -25,10 +25,13 @@ from hardware import distributed
 from hardware.console import say0
 from hardware.processes import launched, world_size_of
 from run.checkpointing import AtomicCheckpointIO, ResumeState
+from run.epochs import plan_epochs
 from run.errors import ConfigError
 from run.overrides import has_key, takes, unmatched_problem
+from run.recipe import recipe_line
 from run.validation.config import validate
 from run.validation.data import check_stage_data
+from run.validation.preference_data import preference_records
 from run.validation.schemas import stage_list_problems
 from run.validation.values import budget_warning, warmup_warning
 from tasks.jsonl import DataFileError
@@ -42,6 +45,7 @@ class Stage:
     name: str
     cfg: DictConfig
     task: object = None
+    user_keys: frozenset = frozenset()  # the keys the command line set in this stage (run/epochs.py)
 
 
 def _split(user_overrides: list[str]) -> tuple[list[str], list]:
@@ -104,7 +108,8 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
         scfg = compose(config_name, overrides=base + mine) if mine else probe
         name = spec["name"] or scfg.algorithm.name
         validate(scfg, name)
-        stages.append(Stage(name, scfg))
+        stages.append(Stage(name, scfg, user_keys=frozenset(ov.key_or_group.lstrip("+~") for text, ov in keys
+                                                            if text in mine)))
     unused = [unmatched_problem(text, ov, [(s.name, s.cfg) for s in stages]) for text, ov in keys if text not in used]
     if unused:
         raise ConfigError("; ".join(unused), problems=unused)
@@ -118,6 +123,11 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     tokenizers: dict = {}  # the data against each stage's model context and reward (no weights loaded)
     for stage in stages:
         check_stage_data(stage.name, stage.cfg, stage.task, tokenizers)
+    for stage in stages:  # every stage's preference files, before the first stage trains
+        note = plan_epochs(stage.name, stage.cfg, stage.task, preference_records(stage.name, stage.cfg, stage.task),
+                           stage.user_keys)
+        if note:
+            say0(note)
     _warn(stages)
     return stages
 
@@ -154,8 +164,12 @@ def batch_arithmetic(cfg: DictConfig) -> str:
 
 
 def print_batch_arithmetic(stages: list[Stage]) -> None:
+    """Each stage's batch arithmetic, and the values it takes from the model's recipe (run/recipe.py)."""
     for stage in stages:
         say0(f"[batch] {stage.name}: {batch_arithmetic(stage.cfg)}")
+        line = recipe_line(stage.name, stage.cfg)
+        if line:
+            say0(line)
 
 
 def build(node: DictConfig, **runtime):

@@ -100,7 +100,8 @@ def test_good_inputs_still_plan_without_building_a_model(hydra_conf, tmp_path, m
     monkeypatch.setattr(models.tiny, "build_tiny", lambda **_: pytest.fail("a model was built"))
     monkeypatch.setattr(models.hf, "_load_weights", lambda *_: pytest.fail("a model was built"))
     assert [s.name for s in plan(hydra_conf, TINY)] == ["sft", "grpo"]
-    plan(hydra_conf, ["model=hf", f"model.name_or_path={tmp_path / 'm'}", "logger=none"])
+    plan(hydra_conf, ["model=hf", f"model.name_or_path={tmp_path / 'm'}", "logger=none",
+                      "generator.max_new_tokens=8"])  # a 64-token context: not recipe=pretrained's 256 new tokens
     [stage] = plan(hydra_conf, ["algorithm=grpo", "task=jsonl", f"task.train_path={tmp_path / 'bom.jsonl'}",
                                 "task.num_heldout=5"])  # a UTF-8 byte-order mark is fine
     assert stage.task.train[0].prompt == "1+1="

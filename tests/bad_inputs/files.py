@@ -5,7 +5,7 @@ import json
 
 from tests.bad_inputs.case import Case
 from tests.bad_inputs.setups import (GOOD, HF, JSONL, adapter_of_a_hub_model, adapter_on_a_local_base, bigger_tokenizer,
-                                   drop, edit_config, jsonl, model_folder, sharded_with_a_missing_shard, text,
+                                   drop, edit_config, jsonl, model_folder, pairs, sharded_with_a_missing_shard, text,
                                    truncated_weights, write_over)
 
 C = Case
@@ -54,6 +54,39 @@ CASES: list[Case] = [
       "error: DIR/c.jsonl:1: 'tests' must be a non-empty list of {args, expected}",
       setup=jsonl("c.jsonl", raw=(json.dumps({"prompt": "def f(x):", "answer": "  return x", "entry_point": "f",
                                                "tests": []}) + "\n").encode())),
+    # ---- preference files: every stage's, read at plan time, before the first stage trains
+    C("pref-second-stage-column", "a pair without `rejected` in the second stage's file",
+      ("experiment=sft_then_dpo", "++data.path=DIR/p.jsonl"),
+      "error: stage dpo: data.path=DIR/p.jsonl: DIR/p.jsonl:3: missing column(s) ['rejected'] of the paired form (the "
+      "file's first row set the form); row has ['chosen', 'prompt']",
+      setup=pairs("p.jsonl", ['{"prompt": "2+2=", "chosen": "4"}'])),
+    C("pref-stage-override-file", "a stage's own override naming a file with an empty text",
+      ("stages=[{name: sft, overrides: ['algorithm=sft', 'data=demonstrations']}, {name: dpo, overrides: "
+       "['algorithm=dpo', 'data=static_preferences', 'data.path=DIR/p.jsonl']}]",),
+      "error: stage dpo: data.path=DIR/p.jsonl: DIR/p.jsonl:3: 'chosen' is empty",
+      setup=pairs("p.jsonl", ['{"prompt": "2+2=", "chosen": " ", "rejected": "5"}'])),
+    C("pref-missing-file", "a preference file that does not exist, in the second stage",
+      ("experiment=sft_then_dpo", "++data.path=DIR/none.jsonl"),
+      "error: stage dpo: data.path=DIR/none.jsonl: DIR/none.jsonl: no such file or directory"),
+    C("pref-label", "a KTO label that is not a boolean",
+      ("algorithm=kto", "data=static_preferences", "data.path=DIR/u.jsonl", "data.num_heldout=1"),
+      "error: stage kto: data.path=DIR/u.jsonl: DIR/u.jsonl:2: 'label' must be a boolean (true/false), got 'yes'",
+      setup=jsonl("u.jsonl", raw=b'{"prompt": "1+1=", "completion": "2", "label": true}\n'
+                                 b'{"prompt": "1+2=", "completion": "4", "label": "yes"}\n')),
+    C("pref-unpaired-for-dpo", "unpaired rows for an algorithm that needs pairs",
+      ("algorithm=dpo", "data=static_preferences", "data.path=DIR/u.jsonl", "data.num_heldout=0"),
+      "error: stage dpo: data.path=DIR/u.jsonl: DIR/u.jsonl: holds unpaired rows (prompt, completion, label), which "
+      "only algorithm=kto learns from; dpo, ipo and reward_model need prompt/chosen/rejected pairs",
+      setup=jsonl("u.jsonl", raw=b'{"prompt": "1+1=", "completion": "2", "label": true}\n')),
+    C("pref-num-heldout", "data.num_heldout as large as the preference file",
+      ("algorithm=dpo", "data=static_preferences", "data.path=DIR/p.jsonl"),
+      "error: stage dpo: data.path=DIR/p.jsonl: DIR/p.jsonl: data.num_heldout=200 but only 30 usable rows",
+      setup=pairs("p.jsonl")),
+    C("epochs-unknown-records", "epochs over pairs made only when the stage runs",
+      ("algorithm=dpo", "data=checkpoint_preferences", "data.synthetic.checkpoint=DIR", "trainer.max_epochs=1"),
+      "error: stage dpo: trainer.max_epochs=1: data=data_modules.static_preferences.StaticPreferencesDataModule "
+      "does not know its training records before the stage runs, so epochs cannot set its length: give "
+      "trainer.max_steps=N"),
     # ---- model folders
     C("model-missing", "a model folder that does not exist", HF + ("model.name_or_path=DIR/none",),
       "error: stage sft: model.name_or_path='DIR/none': no such local directory (nothing is downloaded)"),
@@ -96,7 +129,8 @@ CASES: list[Case] = [
       setup=model_folder("m", bigger_tokenizer)),
     C("tokenizer-broken", "a tokenizer.json that is not JSON", HF + ("model.name_or_path=DIR/m",),
       "error: DIR/m: the tokenizer does not load (…", setup=model_folder("m", write_over("tokenizer.json", "{oops"))),
-    C("weights-mismatch", "weights of another shape than config.json says", HF + ("model.name_or_path=DIR/m",),
+    C("weights-mismatch", "weights of another shape than config.json says",
+      HF + ("model.name_or_path=DIR/m", "generator.max_new_tokens=8"),  # a 64-token context: not recipe=pretrained's 256
       "error: DIR/m: the weights do not load (RuntimeError: …", when="load",
       setup=model_folder("m", edit_config(intermediate_size=48))),
 ]

@@ -18,6 +18,16 @@ def jsonl(name: str, lines: list[str] | None = None, raw: bytes | None = None, a
     return write
 
 
+PAIRS = [json.dumps({"prompt": f"{i}+1=", "chosen": str(i + 1), "rejected": str(i + 2)}) for i in range(30)]
+
+
+def pairs(name: str, lines: list[str] | None = None):
+    """A setup writing DIR/<name>: 30 good preference pairs with `lines` inserted at line 3."""
+    def write(folder: Path) -> None:
+        (folder / name).write_text("".join(x + "\n" for x in PAIRS[:2] + list(lines or []) + PAIRS[2:]))
+    return write
+
+
 def text(name: str, content: str, encoding: str):
     return jsonl(name, raw=content.encode(encoding))
 

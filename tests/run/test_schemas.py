@@ -101,7 +101,8 @@ def test_a_tokenizer_without_eos_is_refused_unless_only_rollouts_and_the_model_s
     from tests.bad_inputs.setups import model_folder
     model_folder("m", no_eos)(tmp_path)
     assert json.loads((tmp_path / "m" / "generation_config.json").read_text())["eos_token_id"] is not None
-    hf = ["model=hf", f"model.name_or_path={tmp_path / 'm'}", "logger=none"]
+    hf = ["model=hf", f"model.name_or_path={tmp_path / 'm'}", "logger=none",
+          "generator.max_new_tokens=8"]  # a 64-token context: not recipe=pretrained's 256 new tokens
     [stage] = plan_stages(hydra_conf(hf + ["algorithm=grpo"]), hf + ["algorithm=grpo"])
     assert stage.name == "grpo"
     with pytest.raises(ConfigError, match="has no eos token"):

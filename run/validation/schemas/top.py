@@ -1,9 +1,11 @@
 """The top-level keys of conf/train.yaml (seed, stages, the run switches, the cost ledger's prices) and
-the callbacks (conf/callbacks): each callback's node is open (a user's subclass may take more), its
+the model's recipe (conf/recipe), and the callbacks (conf/callbacks): each callback's node is open (a user's subclass may take more), its
 counts and limits typed."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from run.validation.schemas.base import (Bool, Fraction, NonNegativeInt, NonNegativeNumber, Node, OpenNode,
                                          PositiveInt, PositiveNumber, Text, must, optional)
@@ -29,6 +31,44 @@ class Budget(Node):
     usd: optional(PositiveNumber, "(off)") = None
 
 
+Epochs = must(Annotated[int, Field(ge=1)] | Literal[-1], "a positive integer, or -1 (trainer.max_steps ends the stage)")
+
+
+class RecipeLr(OpenNode):
+    """recipe.lr: a peak learning rate per algorithm (open: a user's algorithm may read its own)."""
+    sft: PositiveNumber = None
+    dpo: PositiveNumber = None
+    online_dpo: PositiveNumber = None
+    kto: PositiveNumber = None
+    reward_model: PositiveNumber = None
+    grpo: PositiveNumber = None
+    ppo: PositiveNumber = None
+    rejection_sampling: PositiveNumber = None
+
+
+class RecipeWarmup(OpenNode):
+    sft: NonNegativeInt = None
+    default: NonNegativeInt = None
+
+
+class RecipeEpochs(OpenNode):
+    sft: Epochs = None
+    dpo: Epochs = None
+    ipo: Epochs = None
+    kto: Epochs = None
+    reward_model: Epochs = None
+
+
+class Recipe(OpenNode):
+    """The model's recipe (conf/recipe): the values the algorithm, scheduler, generator and trainer configs
+    interpolate, checked here, where they are written."""
+    name: Text = None
+    lr: RecipeLr = None
+    warmup_steps: RecipeWarmup = None
+    epochs: RecipeEpochs = None
+    max_new_tokens: PositiveInt = None
+
+
 class TopLevel(OpenNode):
     seed: Seed = None
     stages: must(list[StageSpec], "a list of {name, overrides}") = None
@@ -38,6 +78,7 @@ class TopLevel(OpenNode):
     checkpoint_every_n_rounds: PositiveInt = None
     cost: Cost = None
     budget: Budget = None
+    recipe: Recipe = None
 
 
 TOP_KEYS = tuple(TopLevel.model_fields)
