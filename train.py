@@ -49,6 +49,9 @@ from run.stages import (batch_arithmetic, checkpoint_dir, load_finished_policy, 
                         print_batch_arithmetic, run_stage, set_run_fields)
 
 
+CONF_PATH = str(Path(__file__).resolve().parent / "conf")  # absolute: the `policyshift` script's Hydra finds it too
+
+
 def run_names(hc) -> tuple[Path, str, str]:
     """(output dir, W&B group, W&B run name) for this Hydra job (a launched rank: its job's names)."""
     out = Path(hc.runtime.output_dir)
@@ -190,7 +193,7 @@ def _hydra_config() -> DictConfig | None:
     return HydraConfig.instance().cfg if HydraConfig.initialized() else None
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="train")
 def main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     out, group, name = run_names(hc)
@@ -209,7 +212,7 @@ def main(cfg: DictConfig) -> float | None:
             raise
         exit_with(e)
     finally:
-        _finish_wandb()
+        finish_wandb()
         _remove_if_empty(log_files, out)
     if not stages:  # print_config=true
         return None
@@ -228,7 +231,7 @@ def run_job(cfg: DictConfig, overrides: list[str], out: Path, group: str, name: 
             run = launch_ranks if needs_launch(trainer) else train
             return run(cfg, overrides, out, group, name)
         finally:
-            _finish_wandb()  # before the folder is put back: W&B writes into it until it finishes
+            finish_wandb()  # before the folder is put back: W&B writes into it until it finishes
 
 
 def _no_log_file() -> list[Path]:
@@ -252,11 +255,16 @@ def _remove_if_empty(files: list[Path], out: Path) -> None:
         out.rmdir()
 
 
-def _finish_wandb() -> None:
+def finish_wandb() -> None:
     if "wandb" in sys.modules and sys.modules["wandb"].run is not None:
         sys.modules["wandb"].finish()
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`python train.py ARGS`, and the `policyshift` console script (pyproject.toml)."""
     exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
     main()
+
+
+if __name__ == "__main__":
+    cli()
