@@ -42,7 +42,7 @@ class StaticPreferencesDataModule(PreferenceDataModule):
         else:
             args = (tokenizer, Columns(**columns), chat, split, skip_bad_rows, self.stats)
             train = load_records(path, *args)
-            heldout = load_records(heldout_path, *args) if heldout_path else []
+            heldout = load_records(heldout_path, *args, key="data.heldout_path") if heldout_path else []
             if not heldout_path and num_heldout:
                 if num_heldout >= len(train):
                     raise PreferenceDataError(f"{path}: data.num_heldout={num_heldout} but only "
