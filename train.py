@@ -43,6 +43,7 @@ from run.command_line import exit_on_bad_command_line  # noqa: E402
 from run.errors import exit_with, full_traceback, user_error  # noqa: E402
 from run.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
 from run.model_card import write_model_card  # noqa: E402
+from run.push_to_hub import push_final_policy  # noqa: E402
 from run.run_folder import owned  # noqa: E402
 from run.run_record import RunPlan, plan_run, write_record  # noqa: E402
 from run.stages import (batch_arithmetic, checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
@@ -94,6 +95,7 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
     if zero:
         for folder in saved:  # policy/ (with LoRA: the adapter) and policy_merged/ when written
             write_model_card(folder, out, {s.name: s.cfg for s in stages}, summary.stages)
+        push_final_policy(stages[-1].cfg, saved)  # push_to_hub.repo_id set: the folder, its card included
         summary.print()
         say0(f"outputs: {out} (config.yaml, summary.json, {', '.join(p.name + '/' for p in saved)})")
         say_wandb_run()

@@ -22,6 +22,14 @@ class Cost(OpenNode):
     usd_per_mtok_trained: NonNegativeNumber = None
 
 
+class PushToHub(Node):
+    """push_to_hub (run/push_to_hub.py): where the final policy is uploaded, if anywhere."""
+    repo_id: optional(Text, "(no upload)") = None
+    private: Bool = None
+    revision: optional(Text, "(main)") = None
+    folder: must(Literal["policy", "policy_merged"], "policy or policy_merged") = None
+
+
 class TopLevel(OpenNode):
     seed: Seed = None
     stages: must(list[StageSpec], "a list of {name, overrides}") = None
@@ -30,6 +38,7 @@ class TopLevel(OpenNode):
     resume_allow_changes: Bool = None
     checkpoint_every_n_rounds: PositiveInt = None
     cost: Cost = None
+    push_to_hub: PushToHub = None
 
 
 TOP_KEYS = tuple(TopLevel.model_fields)
