@@ -52,9 +52,10 @@ def model_folder(name_or_path: str | Path, key: str, error: type[Exception]) -> 
     when online: config, tokenizer and safetensors weights; .bin weights only when there are no others)."""
     if not is_hub_id(str(name_or_path)):
         return Path(name_or_path)
-    folder = snapshot(str(name_or_path), "model", key, error, MODEL_FILES)
+    what = f"{key}={str(name_or_path)!r}"
+    folder = snapshot(str(name_or_path), "model", what, error, MODEL_FILES)
     if not offline() and not any(folder.glob("*.safetensors")):
-        folder = snapshot(str(name_or_path), "model", key, error, ["*.bin"])
+        folder = snapshot(str(name_or_path), "model", what, error, ["*.bin"])
     return folder
 
 
@@ -68,8 +69,10 @@ def dataset_files(path: str, key: str, error: type[Exception], suffixes: tuple[s
     parts = str(path).split("/")
     if Path(path).exists() or len(parts) < 2 or not HUB_ID.match("/".join(parts[:2])):
         return None
+    if len(parts) == 2 and Path(parts[1]).suffix in suffixes:  # data/train.jsonl: a missing local file
+        return None
     repo_id, rest = "/".join(parts[:2]), "/".join(parts[2:])
-    folder = snapshot(repo_id, "dataset", key, error, [rest, f"{rest}/*"] if rest else DATA_FILES)
+    folder = snapshot(repo_id, "dataset", f"{key}={path!r}", error, [rest, f"{rest}/*"] if rest else DATA_FILES)
     target = folder / rest
     if target.is_file():
         return [target]
@@ -96,9 +99,9 @@ def _pick(folder: Path, what: str, error: type[Exception], suffixes: tuple[str, 
     return named
 
 
-def snapshot(repo_id: str, kind: str, key: str, error: type[Exception], patterns: list[str]) -> Path:
-    """The repo's snapshot folder in the cache (downloaded when online); `error` naming `key`, the id, the
-    cache folder searched and how to fetch it when it is missing."""
+def snapshot(repo_id: str, kind: str, what: str, error: type[Exception], patterns: list[str]) -> Path:
+    """The repo's snapshot folder in the cache (downloaded when online); `error` naming `what` (key=value),
+    the id, the cache folder searched and how to fetch it when it is missing."""
     from huggingface_hub import snapshot_download
     cache, local = cache_dir(), offline()
     try:
@@ -108,10 +111,10 @@ def snapshot(repo_id: str, kind: str, key: str, error: type[Exception], patterns
         fetch = f"huggingface-cli download {repo_id}" + (" --repo-type dataset" if kind == "dataset" else "")
         folder = cache / f"{kind}s--{repo_id.replace('/', '--')}"
         if local:
-            raise error(f"{key}={repo_id!r}: no such local path, and the Hugging Face cache has no {kind} "
+            raise error(f"{what}: no such local path, and the Hugging Face cache has no {kind} "
                         f"{repo_id!r} (searched {folder}; HF_HUB_OFFLINE=1: nothing is downloaded): fetch it "
                         f"with `{fetch}`, or let the run download it with HF_HUB_OFFLINE=0") from None
         lines = str(e).strip().splitlines()
-        raise error(f"{key}={repo_id!r}: no such local path, and the {kind} {repo_id!r} did not download from "
+        raise error(f"{what}: no such local path, and the {kind} {repo_id!r} did not download from "
                     f"the Hugging Face Hub into {cache} ({type(e).__name__}: {lines[0] if lines else ''}): check "
                     f"the id, the network, and `huggingface-cli login` for a gated or private repo") from None

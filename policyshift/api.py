@@ -6,6 +6,8 @@ returns the summary (summary.json's {stage: metrics}).
 A bad override or config raises the project's error (run/errors.py: ConfigError, DataFileError, ...)
 whose message is the line `python train.py` prints after `error: `; nothing calls sys.exit. Hydra-only
 features stay on the command line: sweeps (`-m`), `hydra.*` overrides (the run folder is `output_dir`).
+Importing policyshift sets train.py's environment defaults (W&B offline, HF_HUB_OFFLINE=1, ...) where
+unset: set HF_HUB_OFFLINE=0 before importing it to let a run download Hub ids.
 """
 from __future__ import annotations
 

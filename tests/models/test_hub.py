@@ -95,3 +95,9 @@ def test_preference_shards_of_the_split_and_a_heldout_split(cache):
     write_jsonl(data / "other" / "c.jsonl", [row])
     with pytest.raises(PreferenceDataError, match="none names the split.*owner/name/<file>"):
         read_rows("acme/prefs/other", "train")
+
+
+def test_a_missing_relative_file_is_not_taken_for_an_id(cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataFileError, match=r"^data/train.jsonl: file not found$"):
+        jsonl_task("data/train.jsonl", None, chat=False, num_heldout=1, prompt_key="prompt", answer_key="answer")

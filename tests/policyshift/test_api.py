@@ -52,6 +52,11 @@ def test_sweeps_and_hydra_settings_are_the_command_lines(tmp_path):
         policyshift.train(overrides=[f"hydra.run.dir={tmp_path}"])
 
 
+def test_print_config_plans_and_writes_nothing(tmp_path, capsys):
+    assert policyshift.train(overrides=["print_config=true", "algorithm=sft"], output_dir=tmp_path / "run") == {}
+    assert "# ===== stage 1/1: sft" in capsys.readouterr().out and not (tmp_path / "run").exists()
+
+
 CALLS: list[int] = []
 
 
