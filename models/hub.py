@@ -12,6 +12,7 @@ when a key is resolved (not when huggingface_hub was imported), as are `HF_HUB_C
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -102,11 +103,9 @@ def _pick(folder: Path, what: str, error: type[Exception], suffixes: tuple[str, 
 def snapshot(repo_id: str, kind: str, what: str, error: type[Exception], patterns: list[str]) -> Path:
     """The repo's snapshot folder in the cache (downloaded when online); `error` naming `what` (key=value),
     the id, the cache folder searched and how to fetch it when it is missing."""
-    from huggingface_hub import snapshot_download
     cache, local = cache_dir(), offline()
     try:
-        return Path(snapshot_download(repo_id, repo_type=kind, cache_dir=cache, local_files_only=local,
-                                      allow_patterns=patterns))
+        return _download(repo_id, kind, cache, local, tuple(patterns))
     except Exception as e:  # noqa: BLE001 - not cached, not found, no network, gated: named below
         fetch = f"huggingface-cli download {repo_id}" + (" --repo-type dataset" if kind == "dataset" else "")
         folder = cache / f"{kind}s--{repo_id.replace('/', '--')}"
@@ -118,3 +117,12 @@ def snapshot(repo_id: str, kind: str, what: str, error: type[Exception], pattern
         raise error(f"{what}: no such local path, and the {kind} {repo_id!r} did not download from "
                     f"the Hugging Face Hub into {cache} ({type(e).__name__}: {lines[0] if lines else ''}): check "
                     f"the id, the network, and `huggingface-cli login` for a gated or private repo") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _download(repo_id: str, kind: str, cache: Path, local: bool, patterns: tuple[str, ...]) -> Path:
+    """snapshot_download once per process and settings: planning and loading resolve an id several times,
+    and online each call would ask the Hub again (a failure is not remembered)."""
+    from huggingface_hub import snapshot_download
+    return Path(snapshot_download(repo_id, repo_type=kind, cache_dir=cache, local_files_only=local,
+                                  allow_patterns=list(patterns)))
