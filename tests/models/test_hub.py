@@ -101,3 +101,29 @@ def test_a_missing_relative_file_is_not_taken_for_an_id(cache, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataFileError, match=r"^data/train.jsonl: file not found$"):
         jsonl_task("data/train.jsonl", None, chat=False, num_heldout=1, prompt_key="prompt", answer_key="answer")
+
+
+def test_online_an_id_missing_from_the_cache_is_downloaded_into_it(cache, tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE=0: snapshot_download may fetch (stood in for here: no network in tests), into the
+    cache folder; a repo without .safetensors weights gets its .bin weights in a second call."""
+    import huggingface_hub
+
+    from models.hub import model_folder
+    calls = []
+
+    def fake_download(repo_id, **kw):
+        calls.append((repo_id, kw))
+        return str(tmp_path / "snapshot")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert model_folder("acme/online", "model.name_or_path", ModelFolderError) == tmp_path / "snapshot"
+    assert [c[0] for c in calls] == ["acme/online", "acme/online"]
+    first, second = calls[0][1], calls[1][1]
+    assert first["local_files_only"] is False and first["cache_dir"] == cache and first["repo_type"] == "model"
+    assert "*.safetensors" in first["allow_patterns"] and second["allow_patterns"] == ["*.bin"]
+
+    def not_found(repo_id, **kw):
+        raise RuntimeError("404 Client Error: Repository Not Found")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", not_found)
+    with pytest.raises(ModelFolderError, match=r"model.name_or_path='acme/gone': .*did not download.*404.*login"):
+        model_folder("acme/gone", "model.name_or_path", ModelFolderError)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -43,6 +46,17 @@ def test_a_bad_override_raises_the_message_train_py_prints(tmp_path):
         policyshift.train(overrides=SFT + ["trainer.max_steps=0"], output_dir=tmp_path / "run")
     assert "trainer.max_steps=0" in format_error(info.value)
     assert not (tmp_path / "run").exists()  # refused before anything is written, as train.py does
+
+
+def test_the_messages_are_train_pys_own(tmp_path):
+    """The same bad overrides through `python train.py`: its stderr is `error: ` + the API's message."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    for bad in (["algorithm=sftt"], SFT + ["trainer.max_steps=0"]):
+        with pytest.raises(ConfigError) as info:
+            policyshift.train(overrides=bad, output_dir=tmp_path / "api")
+        proc = subprocess.run([sys.executable, "train.py", *bad, f"hydra.run.dir={tmp_path / 'cli'}"], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1 and format_error(info.value) in proc.stderr, (proc.stderr, info.value)
 
 
 def test_sweeps_and_hydra_settings_are_the_command_lines(tmp_path):
@@ -86,7 +100,6 @@ def test_the_console_script_is_train_pys_command_line(capsys):
     entry = importlib.metadata.EntryPoint(name="policyshift", value=scripts["policyshift"], group="console_scripts")
     main = entry.load()
     assert main is policyshift.main
-    import sys
     argv = sys.argv
     sys.argv = ["policyshift", "--help"]
     try:
