@@ -25,6 +25,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from rewards import in_process
 from run.command_line import CONF_DIR, command_line_problem
 from run.errors import ConfigError
+from run.launch import needs_launch
 
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job log file's
 
@@ -50,6 +51,10 @@ def train(overrides: Iterable[str] = (), output_dir: str | Path | None = None,
         if problem:
             raise ConfigError(problem)
         cfg = compose("train", overrides=overrides)
+        if reward_fn is not None and needs_launch(cfg.trainer):
+            raise ConfigError("reward_fn= lives in this process, and a job of several ranks runs each rank in a "
+                              "process of its own (torchrun): name the function by import path instead, "
+                              "reward=function reward.fn._target_=my_module.my_score")
         try:
             if cfg.get("print_config"):
                 return train_py.print_stages(cfg, overrides, out, out.name, out.name)

@@ -93,6 +93,9 @@ def test_a_reward_function_object_scores_the_rollouts(tmp_path):
 def test_reward_fn_refuses_another_reward_group(tmp_path):
     with pytest.raises(ConfigError, match="reward=verifier"):
         policyshift.train(overrides=["reward=verifier"], output_dir=tmp_path, reward_fn=lambda p, c, e: [])
+    with pytest.raises(ConfigError, match="several ranks"):
+        policyshift.train(overrides=["hardware=ddp", "trainer.devices=2"], output_dir=tmp_path,
+                          reward_fn=lambda p, c, e: [])
 
 
 def test_the_console_script_is_train_pys_command_line(capsys):
