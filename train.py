@@ -43,10 +43,14 @@ from run.command_line import exit_on_bad_command_line  # noqa: E402
 from run.errors import exit_with, full_traceback, user_error  # noqa: E402
 from run.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
 from run.model_card import write_model_card  # noqa: E402
+from run.push_to_hub import push_final_policy  # noqa: E402
 from run.run_folder import owned  # noqa: E402
 from run.run_record import RunPlan, plan_run, write_record  # noqa: E402
 from run.stages import (batch_arithmetic, checkpoint_dir, load_finished_policy, plan_stages,  # noqa: E402
                         print_batch_arithmetic, run_stage, set_run_fields)
+
+
+CONF_PATH = str(Path(__file__).resolve().parent / "conf")  # absolute: the `policyshift` script's Hydra finds it too
 
 
 def run_names(hc) -> tuple[Path, str, str]:
@@ -91,6 +95,7 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
     if zero:
         for folder in saved:  # policy/ (with LoRA: the adapter) and policy_merged/ when written
             write_model_card(folder, out, {s.name: s.cfg for s in stages}, summary.stages)
+        push_final_policy(stages[-1].cfg, saved)  # push_to_hub.repo_id set: the folder, its card included
         summary.print()
         say0(f"outputs: {out} (config.yaml, summary.json, {', '.join(p.name + '/' for p in saved)})")
         say_wandb_run()
@@ -190,7 +195,7 @@ def _hydra_config() -> DictConfig | None:
     return HydraConfig.instance().cfg if HydraConfig.initialized() else None
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="train")
 def main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     out, group, name = run_names(hc)
@@ -209,7 +214,7 @@ def main(cfg: DictConfig) -> float | None:
             raise
         exit_with(e)
     finally:
-        _finish_wandb()
+        finish_wandb()
         _remove_if_empty(log_files, out)
     if not stages:  # print_config=true
         return None
@@ -228,7 +233,7 @@ def run_job(cfg: DictConfig, overrides: list[str], out: Path, group: str, name: 
             run = launch_ranks if needs_launch(trainer) else train
             return run(cfg, overrides, out, group, name)
         finally:
-            _finish_wandb()  # before the folder is put back: W&B writes into it until it finishes
+            finish_wandb()  # before the folder is put back: W&B writes into it until it finishes
 
 
 def _no_log_file() -> list[Path]:
@@ -252,11 +257,16 @@ def _remove_if_empty(files: list[Path], out: Path) -> None:
         out.rmdir()
 
 
-def _finish_wandb() -> None:
+def finish_wandb() -> None:
     if "wandb" in sys.modules and sys.modules["wandb"].run is not None:
         sys.modules["wandb"].finish()
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`python train.py ARGS`, and the `policyshift` console script (pyproject.toml)."""
     exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,4 +1,7 @@
-"""Preference rows from local files: JSON lines, Parquet, or a `datasets.save_to_disk` folder.
+"""Preference rows from local files: JSON lines, Parquet, or a `datasets.save_to_disk` folder; or from a Hub
+dataset id (`owner/name`, `owner/name/<file or folder in the repo>`) in the Hugging Face cache, whose
+.jsonl/.parquet files of the split (data.split; test/validation/… for data.heldout_path) are read, every
+shard in name order, or its save_to_disk folder (models/hub.py; the files picked are printed).
 
 Two forms, told apart by their columns (the names are configurable):
     paired    {prompt, chosen, rejected}        DPO, IPO, reward model (KTO splits each pair in two)
@@ -20,6 +23,8 @@ from transformers import PreTrainedTokenizerBase
 
 from data_modules.experience import Provenance
 from data_modules.preferences import PreferenceRecord, UnpairedRecord
+from hardware.console import say0
+from models.hub import dataset_files
 from tasks.base import encode_completion, encode_prompt
 from tasks.jsonl import read_jsonl_objects
 
@@ -28,8 +33,14 @@ class PreferenceDataError(ValueError):
     """A preference file or row is unusable; the message names the file and the row."""
 
 
-def read_rows(path: str, split: str) -> list[tuple[str, dict]]:
-    """[(location, row)] from a .jsonl/.json-lines file, a .parquet file or a save_to_disk folder."""
+def read_rows(path: str, split: str, key: str = "data.path") -> list[tuple[str, dict]]:
+    """[(location, row)] from a .jsonl/.json-lines file, a .parquet file or a save_to_disk folder, or from
+    those a Hub dataset id names (`key`: data.heldout_path picks the held-out split's files)."""
+    files = dataset_files(path, key, PreferenceDataError, (".jsonl", ".parquet"),
+                          heldout=key == "data.heldout_path", split=split)
+    if files is not None:
+        say0(f"{key}={path}: {', '.join(str(f) for f in files)} (Hugging Face cache)")
+        return [row for f in files for row in read_rows(str(f), split, key)]
     p = Path(path)
     if p.is_dir():
         return _read_saved_dataset(p, split)
@@ -230,10 +241,10 @@ class FileCheck:
     good: int
 
 
-def check_file(path: str, columns: Columns, split: str, skip_bad_rows: bool) -> FileCheck:
+def check_file(path: str, columns: Columns, split: str, skip_bad_rows: bool, key: str = "data.path") -> FileCheck:
     """Read `path` and parse every row (columns present, texts and labels well-formed), as `load_records`
     will before tokenizing: a bad row raises PreferenceDataError naming it unless `skip_bad_rows`."""
-    rows = read_rows(path, split)
+    rows = read_rows(path, split, key)
     form, good = file_form(path, rows, columns), 0
     for loc, row in rows:
         try:
@@ -246,9 +257,10 @@ def check_file(path: str, columns: Columns, split: str, skip_bad_rows: bool) -> 
 
 
 def load_records(path: str, tokenizer, columns: Columns, chat: bool, split: str, skip_bad_rows: bool,
-                 stats) -> list:
-    """Read `path` and encode every row; the first row decides the form (paired or unpaired)."""
-    rows = read_rows(path, split)
+                 stats, key: str = "data.path") -> list:
+    """Read `path` (the value of `key`) and encode every row; the first row decides the form (paired or
+    unpaired)."""
+    rows = read_rows(path, split, key)
     form = file_form(path, rows, columns)
     encoder, records = RowEncoder(tokenizer, columns, chat, source="dataset"), []
     for index, (loc, row) in enumerate(rows):

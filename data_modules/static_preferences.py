@@ -42,7 +42,7 @@ class StaticPreferencesDataModule(PreferenceDataModule):
         else:
             args = (tokenizer, Columns(**columns), chat, split, skip_bad_rows, self.stats)
             train = load_records(path, *args)
-            heldout = load_records(heldout_path, *args) if heldout_path else []
+            heldout = load_records(heldout_path, *args, key="data.heldout_path") if heldout_path else []
             if not heldout_path:
                 train, heldout = split_heldout(path, train, num_heldout)
         self.records = self._form(train, unpaired, path)
@@ -126,7 +126,7 @@ def planned_records(path: str | None, heldout_path: str | None, num_heldout: int
     else:
         found = check_file(path, Columns(**columns), split, skip_bad_rows)
         if heldout_path:
-            check_file(heldout_path, Columns(**columns), split, skip_bad_rows)
+            check_file(heldout_path, Columns(**columns), split, skip_bad_rows, key="data.heldout_path")
         rows = found.good if heldout_path else len(split_heldout(path, range(found.good), num_heldout)[0])
         is_pairs = found.form == "paired"
         check_form(path, is_pairs, unpaired)

@@ -1,5 +1,6 @@
-"""Any Hugging Face causal LM and its tokenizer from a local path (no hub access at run time): a model
-folder, or a LoRA run's adapter folder on its local base (models/adapters.py)."""
+"""Any Hugging Face causal LM and its tokenizer from a local folder or a Hub id through the Hugging Face
+cache (models/hub.py: offline by default, nothing downloaded): a model folder, or a LoRA run's adapter
+folder on its base (models/adapters.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,9 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from models.adapters import apply_chain, check_mode, continue_adapter
-from models.hf_checks import (ModelFolderError, adapter_chain, check_folder, check_vocab, is_adapter_folder,
-                              load_tokenizer, tokenizer_folder)
+from models.hf_checks import (ModelFolderError, ModelFolderMissing, adapter_chain, check_folder, check_vocab,
+                              is_adapter_folder, load_tokenizer, tokenizer_folder)
+from models.hub import model_folder
 from models.lora import apply_lora
 
 
@@ -37,7 +39,8 @@ def load_hf(
     name_or_path: str, dtype: str, trust_remote_code: bool, activation_checkpointing: bool,
     lora: dict | None = None, adapter: str = "continue",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM + tokenizer from a local directory: a full model folder, or a LoRA run's adapter
+    """Load a causal LM + tokenizer from a local directory or a Hub id's snapshot in the cache (downloaded
+    first only with HF_HUB_OFFLINE=0: models/hub.py): a full model folder, or a LoRA run's adapter
     folder (its `policy/`) on its local base model, continued or merged as `adapter` says
     (models/adapters.py; a judge or reward model node without the key: continue).
 
@@ -45,7 +48,7 @@ def load_hf(
     reusing eos, so that padding never masks the real end of a sequence. Prompts are left-padded for
     batched generation. `dtype`, `activation_checkpointing`, `lora`: see `finish_model`.
     """
-    path = Path(name_or_path)
+    path = model_folder(name_or_path, "model.name_or_path", ModelFolderMissing)
     config = check_folder(path)  # names the folder and what is missing, truncated or mismatched
     check_mode(adapter, lora if is_adapter_folder(path) else None)
     chain = adapter_chain(path)  # [path] for a full model folder

@@ -1,5 +1,6 @@
-"""Cheap checks of a local Hugging Face model folder, run when the run is planned (before any model is
-built) and again by `load_hf`: every message names the folder and what is missing or mismatched.
+"""Cheap checks of a Hugging Face model folder (local, or a Hub id's snapshot in the cache: models/hub.py),
+run when the run is planned (before any model is built) and again by `load_hf`: every message names the
+folder and what is missing or mismatched.
 
 Checked without loading weights: the folder exists; config.json is there and parses; weights are there
 (model.safetensors, a sharded index and its shards, or pytorch_model.bin) and each safetensors file is
@@ -12,6 +13,8 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
+
+from models.hub import is_hub_id, model_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
                    "sentencepiece.bpe.model")
@@ -29,10 +32,11 @@ class ModelFolderMissing(ModelFolderError, FileNotFoundError):
 
 
 def check_folder(path: str | Path, key: str = "model.name_or_path") -> dict:
-    """Raise ModelFolderError unless `path` looks like a complete model folder; returns its config.json."""
-    p = Path(path)
+    """Raise ModelFolderError unless `path` (a folder, or a Hub id in the cache) looks like a complete model
+    folder; returns its config.json."""
+    p = model_folder(path, key, ModelFolderMissing)
     if not p.is_dir():
-        raise ModelFolderMissing(f"{key}={str(path)!r}: no such local directory (nothing is downloaded)")
+        raise ModelFolderMissing(f"{key}={str(path)!r}: no such local directory (nor a Hub id: owner/name)")
     if is_adapter_folder(p):
         return _check_adapter(p, key)
     config = read_config(p)
@@ -52,17 +56,19 @@ def is_adapter_folder(p: str | Path) -> bool:
 
 
 def adapter_base(p: str | Path, key: str = "model.name_or_path") -> Path:
-    """The base model folder an adapter folder names (`base_model_name_or_path`); ModelFolderError naming
-    `key`, the adapter folder and the base when that is not a local folder (nothing is downloaded)."""
+    """The base model folder an adapter folder names (`base_model_name_or_path`: a folder, or a Hub id in the
+    cache); ModelFolderError naming `key`, the adapter folder and the base when it is neither."""
     p = Path(p)
     try:
         base = json.loads((p / "adapter_config.json").read_text()).get("base_model_name_or_path")
     except (ValueError, AttributeError):
         raise ModelFolderError(f"{p}/adapter_config.json: not valid JSON") from None
+    if base and is_hub_id(base):
+        return model_folder(base, f"{p}/adapter_config.json base_model_name_or_path", ModelFolderMissing)
     if not base or not Path(base).is_dir():
         raise ModelFolderError(f"{key}={str(p)!r}: a LoRA adapter whose base model is not a local folder "
-                               f"({p}/adapter_config.json base_model_name_or_path={base!r}; nothing is "
-                               f"downloaded): copy the base model to that path, or point {key} at a merged "
+                               f"({p}/adapter_config.json base_model_name_or_path={base!r}, nor a Hub "
+                               f"id): copy the base model to that path, or point {key} at a merged "
                                f"model (model.lora.save_merged=true writes policy_merged/) or at the base model")
     return Path(base)
 
@@ -71,7 +77,7 @@ def adapter_chain(p: str | Path, key: str = "model.name_or_path") -> list[Path]:
     """[p, its base, its base's base, …] down to the first folder that is not an adapter folder (the
     last; [p] for a full model folder). A base may itself be an adapter folder: a run started from one
     with model.adapter=merge and a fresh model.lora saves its adapter with that folder as its base."""
-    chain = [Path(p)]
+    chain = [model_folder(p, key, ModelFolderMissing)]
     while is_adapter_folder(chain[-1]):
         if len(chain) > MAX_CHAIN:
             raise ModelFolderError(f"{key}={str(p)!r}: more than {MAX_CHAIN} adapter folders chained by "

@@ -1,4 +1,6 @@
-"""User prompts with reference answers from JSON-lines files: one {"prompt": ..., "answer": ...} a line."""
+"""User prompts with reference answers from JSON-lines files: one {"prompt": ..., "answer": ...} a line.
+A path that is no local file but a Hub dataset id (`owner/name`, or `owner/name/<file in the repo>`) reads
+the dataset's .jsonl file(s) from the Hugging Face cache (models/hub.py says which are picked)."""
 from __future__ import annotations
 
 import codecs
@@ -9,6 +11,8 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
+from hardware.console import say0
+from models.hub import dataset_files
 from tasks.base import Example, Task
 
 
@@ -88,11 +92,21 @@ def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answ
 def jsonl_task(train_path: str, heldout_path: str | None, chat: bool, num_heldout: int,
                prompt_key: str, answer_key: str) -> Task:
     """Train on `train_path`; evaluate on `heldout_path`, or on the last `num_heldout` train lines."""
-    train = read_examples(train_path, prompt_key, answer_key)
+    train = read_split(train_path, "task.train_path", prompt_key, answer_key)
     if heldout_path:
-        heldout = read_examples(heldout_path, prompt_key, answer_key)
+        heldout = read_split(heldout_path, "task.heldout_path", prompt_key, answer_key)
     else:
         if num_heldout >= len(train):
             raise DataFileError(f"{train_path}: task.num_heldout={num_heldout} but only {len(train)} lines")
         train, heldout = train[: len(train) - num_heldout], train[len(train) - num_heldout :]
     return Task(name=Path(train_path).stem, train=train, heldout=heldout, chat=chat)
+
+
+def read_split(path: str, key: str, prompt_key: str, answer_key: str) -> list[Example]:
+    """read_examples of a local file, or of the .jsonl file(s) a Hub dataset id names (all the shards of
+    the split, in name order: the train split for task.train_path, test/validation/… for a held-out key)."""
+    files = dataset_files(path, key, DataFileError, (".jsonl",), heldout=key != "task.train_path")
+    if files is None:
+        return read_examples(path, prompt_key, answer_key)
+    say0(f"{key}={path}: {', '.join(str(f) for f in files)} (Hugging Face cache)")
+    return [ex for f in files for ex in read_examples(str(f), prompt_key, answer_key)]

@@ -2,8 +2,8 @@
 `from ... import`, at any depth of a function), so a change that breaks one fails here with the file,
 line and import named:
 
-- imports run one way: train.py → run → callbacks → trainers → {data_modules, rewards, envs} → tasks →
-  generators → models → hardware → losses; `hardware` may be used by every layer above losses;
+- imports run one way: policyshift (the Python API) → train.py → run → callbacks → trainers →
+  {data_modules, rewards, envs} → tasks → generators → models → hardware → losses; `hardware` may be used by every layer above losses;
 - data_modules/, rewards/ and envs/ do not import each other;
 - losses/ imports only torch (and the standard library);
 - no import cycles between the project's modules.
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = [("train",), ("run",), ("callbacks",), ("trainers",), ("data_modules", "rewards", "envs"), ("tasks",),
-          ("generators",), ("models",), ("hardware",), ("losses",)]
+LAYERS = [("policyshift",), ("train",), ("run",), ("callbacks",), ("trainers",), ("data_modules", "rewards", "envs"),
+          ("tasks",), ("generators",), ("models",), ("hardware",), ("losses",)]
 RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 LOSSES_MAY_IMPORT = {"losses", "torch", "__future__"} | set(sys.stdlib_module_names)
 

@@ -11,6 +11,7 @@ from omegaconf.errors import InterpolationResolutionError, InterpolationToMissin
 
 from models.hf_checks import ModelFolderError, check_folder
 from run.errors import ConfigError
+from run.push_to_hub import push_problems
 from run.validation.dry_build import check_buffer, check_store
 from run.validation.hardware import check_hardware, check_ranks
 from run.validation.model import check_lora, check_model_shape, check_precision
@@ -139,6 +140,11 @@ def _check_files(cfg: DictConfig, errors: list[str]) -> None:
             errors.append(str(e))
 
 
+def _check_push(cfg: DictConfig, errors: list[str]) -> None:
+    """push_to_hub: refused now if the upload could not happen after the training (run/push_to_hub.py)."""
+    errors.extend(push_problems(cfg))
+
+
 def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[str, str]]:
     """(key, path) of each node built by models.hf.load_hf, read without resolving the rest."""
     node = cfg if node is None else node
@@ -156,7 +162,7 @@ def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[st
 
 CHECKS = (_check_rounds, _check_replay, _check_overlong, _check_files, _check_micro_batches, _check_generator,
           _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora, check_model_shape,
-          check_precision, check_buffer, check_store)
+          check_precision, check_buffer, check_store, _check_push)
 GATES = (check_moved_targets, _check_resolves, check_schemas)  # an old path, a broken ${...}, a bad value:
 # the checks across keys would echo it (or trip over its type)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 
 from tests.bad_inputs.case import Case
+
+HUB_CACHE = (("models.hub.cache_dir", lambda: __import__("pathlib").Path("$HF_HUB_CACHE")),)  # as a user reads it
 from tests.bad_inputs.setups import (GOOD, HF, JSONL, adapter_of_a_hub_model, adapter_on_a_local_base, bigger_tokenizer,
                                    drop, edit_config, jsonl, model_folder, pairs, sharded_with_a_missing_shard, text,
                                    truncated_weights, write_over)
@@ -89,7 +91,13 @@ CASES: list[Case] = [
       "trainer.max_steps=N"),
     # ---- model folders
     C("model-missing", "a model folder that does not exist", HF + ("model.name_or_path=DIR/none",),
-      "error: stage sft: model.name_or_path='DIR/none': no such local directory (nothing is downloaded)"),
+      "error: stage sft: model.name_or_path='DIR/none': no such local directory (nor a Hub id: owner/name)"),
+    C("model-id-not-cached", "a Hub id that is not in the Hugging Face cache (offline)",
+      HF + ("model.name_or_path=acme/absent-model",),
+      "error: stage sft: model.name_or_path='acme/absent-model': no such local path, and the Hugging Face cache has "
+      "no model 'acme/absent-model' (searched $HF_HUB_CACHE/models--acme--absent-model; HF_HUB_OFFLINE=1: nothing "
+      "is downloaded): fetch it with `huggingface-cli download acme/absent-model`, or let the run download it with "
+      "HF_HUB_OFFLINE=0", patches=HUB_CACHE),
     C("no-tokenizer", "a model folder without tokenizer files", HF + ("model.name_or_path=DIR/m",),
       "error: stage sft: DIR/m: no tokenizer files (tokenizer.json, tokenizer.model or vocab.json + merges.txt; the "
       "folder has config.json, generation_config.json, model.safetensors): save the tokenizer there too "
@@ -110,11 +118,12 @@ CASES: list[Case] = [
     C("missing-shard", "a sharded model with a shard missing", HF + ("model.name_or_path=DIR/m",),
       "error: stage sft: DIR/m: model.safetensors.index.json names 1 missing shard(s): "
       "model-00002-of-00002.safetensors", setup=model_folder("m", sharded_with_a_missing_shard)),
-    C("adapter-hub-base", "a LoRA adapter folder whose base model is not local", HF + ("model.name_or_path=DIR/m",),
-      "error: stage sft: model.name_or_path='DIR/m': a LoRA adapter whose base model is not a local folder "
-      "(DIR/m/adapter_config.json base_model_name_or_path='Qwen/Qwen2.5-0.5B'; nothing is downloaded): copy the "
-      "base model to that path, or point model.name_or_path at a merged model (model.lora.save_merged=true writes "
-      "policy_merged/) or at the base model", setup=model_folder("m", adapter_of_a_hub_model)),
+    C("adapter-hub-base", "a LoRA adapter folder whose base model is a Hub id not in the cache",
+      HF + ("model.name_or_path=DIR/m",),
+      "error: stage sft: DIR/m/adapter_config.json base_model_name_or_path='Qwen/Qwen2.5-0.5B': no such local path, "
+      "and the Hugging Face cache has no model 'Qwen/Qwen2.5-0.5B' (searched $HF_HUB_CACHE/models--Qwen--Qwen2.5-0.5B; "
+      "HF_HUB_OFFLINE=1: nothing is downloaded): fetch it with `huggingface-cli download Qwen/Qwen2.5-0.5B`, or let "
+      "the run download it with HF_HUB_OFFLINE=0", setup=model_folder("m", adapter_of_a_hub_model), patches=HUB_CACHE),
     C("adapter-continue-with-lora", "a second LoRA adapter on one that continues",
       HF + ("model.name_or_path=DIR/m", "model.lora={r: 4, target_modules: all-linear}"),
       "error: stage sft: model.lora with model.adapter=continue: DIR/m is a LoRA adapter, which this run keeps "

@@ -127,4 +127,9 @@ CASES: list[Case] = [
     C("sandbox-budget", "a code_exec batch limit shorter than one sandbox run", ("reward=code_exec", "reward.timeout_s=5"),
       "error: stage sft: reward.timeout_s=5 must exceed reward.sandbox.wall_seconds + 2 = 12: a batch must fit at "
       "least one run"),
+    C("push-offline", "push_to_hub with the Hub offline (train.py's default)",
+      ("algorithm=sft", "push_to_hub.repo_id=me/my-model"),
+      "error: stage sft: push_to_hub.repo_id=me/my-model: HF_HUB_OFFLINE=1 (train.py's default) forbids the upload, "
+      "which would fail after the training: run with HF_HUB_OFFLINE=0, or drop push_to_hub and upload <run>/policy "
+      "later (huggingface-cli upload me/my-model <run>/policy)"),
 ]

@@ -69,6 +69,14 @@ class Recipe(OpenNode):
     max_new_tokens: PositiveInt = None
 
 
+class PushToHub(Node):
+    """push_to_hub (run/push_to_hub.py): where the final policy is uploaded, if anywhere."""
+    repo_id: optional(Text, "(no upload)") = None
+    private: Bool = None
+    revision: optional(Text, "(main)") = None
+    folder: must(Literal["policy", "policy_merged"], "policy or policy_merged") = None
+
+
 class TopLevel(OpenNode):
     seed: Seed = None
     stages: must(list[StageSpec], "a list of {name, overrides}") = None
@@ -79,6 +87,9 @@ class TopLevel(OpenNode):
     cost: Cost = None
     budget: Budget = None
     recipe: Recipe = None
+
+
+    push_to_hub: PushToHub = None
 
 
 TOP_KEYS = tuple(TopLevel.model_fields)

@@ -1,0 +1,4 @@
+"""`python -m policyshift OVERRIDES`: the same as `python train.py OVERRIDES`."""
+from policyshift.api import main
+
+main()
