@@ -4,12 +4,13 @@ start and at the end). Written as the header of docs/results/<name>.md and read 
 from __future__ import annotations
 
 import os
-import platform
 import re
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.bench_train import cpu_model  # the CPU line the benchmarks print
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = ("command", "ran", "commit", "date", "machine", "load", "status")  # the header's keys, in order
@@ -26,16 +27,6 @@ def commit() -> str:
     head = git("rev-parse", "--short=7", "HEAD") or "unknown"
     dirty = git("status", "--porcelain", "--untracked-files=no").splitlines()
     return f"{head} (+ uncommitted changes in {len(dirty)} tracked file(s))" if dirty else f"{head} (clean tree)"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine() -> str:
