@@ -22,7 +22,7 @@ random.Random(0).shuffle(pairs)
 with open(sys.argv[1], "w") as f:
     f.writelines(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n" for a, b in pairs)
 EOF
-COMMON=(model=hf "task=jsonl" "task.train_path=$OUT/sums.jsonl" task.chat=true task.num_heldout=25
+COMMON=(model=hf recipe=tiny "task=jsonl" "task.train_path=$OUT/sums.jsonl" task.chat=true task.num_heldout=25
         callbacks.evaluate.num_examples=25 callbacks.progress.refresh_rate=0 logger=csv)
 python train.py algorithm=sft "model.name_or_path=$OUT/model" "${COMMON[@]}" data.batch_size=16 \
   trainer.max_steps=90 callbacks.evaluate.every_n_steps=30 "hydra.run.dir=$OUT/sft" | grep '\[eval\]'

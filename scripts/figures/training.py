@@ -182,7 +182,7 @@ def pref_commands(out: Path, smoke: bool) -> list[list[str]]:
     algorithms = "dpo,reward_model" if smoke else PREF_ALGORITHMS
     return [train("algorithm=sft", "++data.max_examples=1000", sft_steps, "seed=1", *QUIET, *small,
                   f"hydra.run.dir={out}/sft"),
-            train("-m", "model=hf", f"model.name_or_path={out}/sft/policy", f"algorithm={algorithms}", steps,
+            train("-m", "model=hf", "recipe=tiny", f"model.name_or_path={out}/sft/policy", f"algorithm={algorithms}", steps,
                   "seed=1" if smoke else "seed=1,2,3", *QUIET, *small, f"hydra.sweep.dir={out}/prefs")]
 
 
