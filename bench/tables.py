@@ -52,6 +52,14 @@ def grpo_parts_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _generation_cells(s: dict) -> tuple[str, str, str, float | None, str]:
+    """Generation alone: seam tok/s, model.generate tok/s, seam ÷ generate, vLLM tok/s (or None), peak RSS."""
+    seam, gen, vllm = s["seam"], s["generate"], s.get("vllm")
+    rss = " / ".join(fmt(x and x["peak_rss_mb"], "{:,.0f}") for x in (seam, gen, vllm)) + " MB"
+    return (fmt(seam["throughput"], "{:,.0f}"), fmt(gen["throughput"], "{:,.0f}"),
+            fmt(ratio(seam["throughput"], gen["throughput"]), "{:.2f}×"), vllm["throughput"] if vllm else None, rss)
+
+
 def generation_table(summary: dict) -> str:
     lines = ["| model | seam (HFGenerator.sample) tok/s | model.generate tok/s | seam ÷ generate "
              "| generator=vllm tok/s | vllm ÷ seam | peak RSS seam / generate / vllm | pairs kept / rejected |",
@@ -59,13 +67,10 @@ def generation_table(summary: dict) -> str:
     for name, s in summary.items():
         if name not in GENERATION:
             continue
-        seam, gen, vllm = s["seam"], s["generate"], s.get("vllm")
-        v = vllm["throughput"] if vllm else None
-        rss = " / ".join(fmt(x and x["peak_rss_mb"], "{:,.0f}") for x in (seam, gen, vllm)) + " MB"
-        lines.append(f"| {GENERATION[name]} | {fmt(seam['throughput'], '{:,.0f}')} | {fmt(gen['throughput'], '{:,.0f}')} "
-                     f"| {fmt(ratio(seam['throughput'], gen['throughput']), '{:.2f}×')} "
-                     f"| {fmt(v, '{:,.0f}') if vllm else s.get('vllm_note', 'not installed')} "
-                     f"| {fmt(ratio(v, seam['throughput']), '{:.2f}×')} | {rss} | {kept_cell(s)} |")
+        seam_tps, gen_tps, seam_vs_gen, v, rss = _generation_cells(s)
+        lines.append(f"| {GENERATION[name]} | {seam_tps} | {gen_tps} | {seam_vs_gen} "
+                     f"| {fmt(v, '{:,.0f}') if s.get('vllm') else s.get('vllm_note', 'not installed')} "
+                     f"| {fmt(ratio(v, s['seam']['throughput']), '{:.2f}×')} | {rss} | {kept_cell(s)} |")
     return "\n".join(lines)
 
 
@@ -99,13 +104,10 @@ def readme_table(summary: dict) -> str:
              "| policyshift vs bare | peak RSS policyshift / TRL / bare |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, s in summary.items():
         if name in GENERATION:
-            seam, gen, vllm = s["seam"], s["generate"], s.get("vllm")
-            v = vllm["throughput"] if vllm else None
-            rss = " / ".join(fmt(x and x["peak_rss_mb"], "{:,.0f}") for x in (seam, gen, vllm)) + " MB"
+            seam_tps, gen_tps, seam_vs_gen, v, rss = _generation_cells(s)
             lines.append(f"| {name}: generation alone, tok/s (seam / `model.generate` / vLLM) "
-                         f"| {fmt(seam['throughput'], '{:,.0f}')} | {fmt(gen['throughput'], '{:,.0f}')} "
-                         f"| {fmt(ratio(seam['throughput'], gen['throughput']), '{:.2f}×')} | "
-                         f"| {fmt(v, 'vLLM {:,.0f}') if vllm else s.get('vllm_note', 'vLLM not installed')} | {rss} |")
+                         f"| {seam_tps} | {gen_tps} | {seam_vs_gen} | "
+                         f"| {fmt(v, 'vLLM {:,.0f}') if s.get('vllm') else s.get('vllm_note', 'vLLM not installed')} | {rss} |")
             continue
         ps, trl, bare = s["policyshift"], s["trl"], s.get("bare")
         over = ratio(ps["s_per_step"], bare["s_per_step"]) if bare else None
