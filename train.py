@@ -39,7 +39,7 @@ from hardware import distributed  # noqa: E402
 from hardware.console import say0  # noqa: E402
 from models.lora import save_policy  # noqa: E402
 from run.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E402
-from run.command_line import exit_on_bad_command_line  # noqa: E402
+from run.command_line import exit_on_bad_command_line, with_default_data  # noqa: E402
 from run.errors import exit_with, full_traceback, user_error  # noqa: E402
 from run.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
 from run.model_card import write_model_card  # noqa: E402
@@ -264,6 +264,7 @@ def finish_wandb() -> None:
 
 def cli() -> None:
     """`python train.py ARGS`, and the `policyshift` console script (pyproject.toml)."""
+    sys.argv[1:] = with_default_data(sys.argv[1:])  # algorithm=dpo alone: its own data's keys apply
     exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
     main()
 

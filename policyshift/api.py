@@ -23,7 +23,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from rewards import in_process
-from run.command_line import CONF_DIR, command_line_problem
+from run.command_line import CONF_DIR, command_line_problem, with_default_data
 from run.errors import ConfigError
 from run.launch import needs_launch
 
@@ -41,7 +41,7 @@ def train(overrides: Iterable[str] = (), output_dir: str | Path | None = None,
     summary.json's {stage: metrics}. `output_dir`: None makes outputs/<date>/<time> as Hydra does.
     `reward_fn`: fn(prompts, completions, examples) -> list[float | None], the reward=function source's
     `reward.fn` (reward=function is chosen when no reward= is given)."""
-    overrides = [str(o) for o in overrides]
+    overrides = with_default_data([str(o) for o in overrides])
     if reward_fn is not None:
         overrides = with_reward_fn(overrides, reward_fn)
     _refuse_outside_one_job(overrides)

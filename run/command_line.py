@@ -34,6 +34,31 @@ def exit_on_bad_command_line(args: list[str] | None = None) -> None:
         raise SystemExit(1)
 
 
+def with_default_data(args: list[str], conf_dir: Path = CONF_DIR) -> list[str]:
+    """`algorithm=dpo data.path=x`: the args with `data=<the algorithm's default_data>` added when they pick
+    one algorithm and neither a data source nor an experiment. That run is one stage on the algorithm's own
+    data (run/stages.plan_stages); saying so before Hydra composes lets the data's keys apply without `++`."""
+    overrides = _overrides(args) or []
+    heads = {o.lstrip("+~").split("=")[0] for o in overrides if "=" in o}
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("algorithm=")]
+    if "data" in heads or "experiment" in heads or len(chosen) != 1 or "," in chosen[0]:
+        return args
+    default = _default_data(conf_dir / "algorithm", chosen[0])
+    return [*args, f"data={default}"] if default else args
+
+
+def _default_data(folder: Path, choice: str) -> str | None:
+    """`default_data` of conf/algorithm/<choice>.yaml, or of the algorithm its defaults list extends."""
+    path = folder / f"{choice}.yaml"
+    if not path.is_file():
+        return None  # an unknown choice: _choice_problem names it
+    node = OmegaConf.load(path)
+    if "default_data" in node:
+        return str(node.default_data)
+    parents = [d for d in node.get("defaults", []) if isinstance(d, str) and d != "_self_"]
+    return _default_data(folder, parents[0]) if parents else None
+
+
 def command_line_problem(args: list[str], conf_dir: Path = CONF_DIR, config_name: str = "train") -> str | None:
     """The first override Hydra would refuse, explained in one line; None when there is none."""
     overrides = _overrides(args)
