@@ -1,0 +1,128 @@
+"""data=adaptive through a real Lightning Trainer: per round, what was generated (fresh prompts × group
+size) and what was served (fresh + replayed groups) match the logged mix; the prompts' evidence grows from
+every fresh group; the controller's state is in the checkpoint and restored exactly on resume."""
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from data_modules.adaptive_policy import REASONS
+from rewards.base import RewardSource
+from tests.data_modules.test_replay_mix import build_parts
+from tests.data_modules import test_replay_mix as replay
+
+PROMPTS, GROUP, BATCH = 4, 4, 8  # 16 records a round: 2 steps
+OVERRIDES = ["algorithm=grpo", "data=adaptive", f"data.prompts_per_round={PROMPTS}", f"algorithm.group_size={GROUP}",
+             f"data.batch_size={BATCH}", "data.max_staleness=3", "data.max_reuse=2", "generator.max_new_tokens=4",
+             "algorithm.scheduler.num_warmup_steps=0", "algorithm.optimizer.lr=1e-2", "data.policy.min_fresh_frac=0.25",
+             "data.policy.max_fresh_frac=0.75"]
+
+
+class PassFail(RewardSource):
+    """A binary reward that varies inside a group: the completion's character codes summed, even → 1."""
+
+    name, version = "pass_fail", "test"
+
+    def score(self, prompts, completions, examples):
+        return [float(sum(map(ord, c)) % 2 == 0) for c in completions]
+
+
+def stage_cfg(out, extra=()):
+    saved = replay.OVERRIDES
+    replay.OVERRIDES = OVERRIDES + replay.OVERRIDES[-len(replay.TINY):]  # the tiny model and logger=none
+    try:
+        return replay.stage_cfg(out, extra)
+    finally:
+        replay.OVERRIDES = saved
+
+
+class RoundRecorder(L.Callback):
+    """Per epoch: the round's logged decision, the records generated for it and the records it serves."""
+
+    def __init__(self):
+        self.rounds, self.generated = [], 0
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        regen = next(cb for cb in trainer.callbacks if type(cb).__name__ == "RegenerateExperience")
+        made = regen.totals["records_generated"] - self.generated
+        self.generated = regen.totals["records_generated"]
+        served = trainer.datamodule.epoch_records()
+        self.rounds.append({"metrics": dict(regen.last_round), "generated": made,
+                            "served": [(r.group_id, r.served_as, r.provenance.policy_version) for r in served]})
+
+
+def fit(stage, max_steps, callbacks=(), ckpt_path=None):
+    trainer, module, dm, regenerate = build_parts(stage, max_steps, callbacks, reward=PassFail())
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    return trainer, dm, regenerate
+
+
+@pytest.fixture(scope="module")
+def adaptive_run(tmp_path_factory):
+    recorder = RoundRecorder()
+    trainer, dm, regenerate = fit(stage_cfg(tmp_path_factory.mktemp("adaptive")), 16, [recorder])
+    return trainer, dm, regenerate, recorder
+
+
+def test_each_round_generates_and_serves_what_its_logged_mix_says(adaptive_run):
+    trainer, dm, regenerate, recorder = adaptive_run
+    assert trainer.global_step == 16 and len(recorder.rounds) == 8
+    replayed_rounds = 0
+    for i, rnd in enumerate(recorder.rounds):
+        m, served = rnd["metrics"], rnd["served"]
+        fresh = {g for g, s, _ in served if s == "fresh"}
+        replayed = {g for g, s, _ in served if s == "replay"}
+        assert len(served) == PROMPTS * GROUP  # the round keeps its size: its steps are constant
+        assert len(fresh) == round(m["mix/fresh_frac"] * PROMPTS) == m["mix/fresh_prompts"]
+        assert len(replayed) == round(m["mix/replay_frac"] * PROMPTS) and m["mix/harvest_frac"] == 0
+        assert rnd["generated"] == len(fresh) * GROUP == m["mix/fresh_prompts"] * m["mix/samples_per_prompt"]
+        assert m["rollout/replay_frac"] == m["mix/replay_frac"]
+        for key in ("mix/prompts_skipped", "mix/reuse_limit", "mix/reason_code", "mix/zero_var_expected",
+                    "mix/zero_var_realised", "mix/skipped_share"):
+            assert key in m, key
+        reason = REASONS[int(m["mix/reason_code"])]
+        if i == 0:
+            assert replayed == set() and m["mix/fresh_frac"] == 1.0 and reason == "short_replay"  # nothing yet
+        elif reason == "short_replay":  # the buffer could not supply the replay share: fresh groups fill in
+            assert m["mix/fresh_frac"] > 0.25
+        else:
+            assert 0.25 <= m["mix/fresh_frac"] <= 0.75  # the user's bounds
+        replayed_rounds += bool(replayed)
+        limit = m["mix/reuse_limit"]
+        for g, s, version in served:
+            if s == "replay":  # an older round's, within the adaptive limit and the max_staleness cap
+                assert 1 <= 2 * i - version <= min(3, limit)
+    assert replayed_rounds >= 3
+
+
+def test_the_evidence_counts_every_fresh_sample_and_the_summary_has_the_decisions(adaptive_run):
+    trainer, dm, regenerate, recorder = adaptive_run
+    fresh_groups = sum(len({g for g, s, _ in r["served"] if s == "fresh"}) for r in recorder.rounds)
+    weight = sum(e[2] for e in dm.policy.evidence.values())
+    decayed_max = fresh_groups * GROUP
+    assert decayed_max * 0.99 ** 8 <= weight <= decayed_max  # every fresh sample, faded by decay per round
+    assert set(dm.group_prompt) >= {g for r in recorder.rounds for g, s, _ in r["served"] if s == "fresh"}
+    summary = dm.summary()
+    assert sum(v for k, v in summary.items() if k.startswith("mix/reasons/")) == 8
+    assert isinstance(summary["mix/reason"], str) and "/" in summary["mix/reason"]
+    assert {"fresh", "replay"} <= set(dm.policy.values)  # both sources were valued
+
+
+def test_resume_restores_the_controller_exactly(tmp_path):
+    stage = stage_cfg(tmp_path)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=1, every_n_epochs=1,
+                                 save_on_train_epoch_end=True, enable_version_counter=False)
+    _, dm, _ = fit(stage, 6, [checkpoint])
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["AdaptiveDataModule"]
+    assert saved == dm.state_dict() and saved["policy"]["evidence"]  # posteriors, EMAs, limit, rng
+    seen = {}
+
+    class AtResume(L.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            seen["state"] = trainer.datamodule.state_dict()
+
+    _, dm2, _ = fit(stage, 8, [AtResume()], ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+    assert seen["state"] == saved
+    assert dm2.policy.rng.getstate() != dm.policy.rng.getstate()  # and it went on drawing from there
