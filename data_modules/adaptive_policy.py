@@ -6,7 +6,8 @@ experience", states the rules with their equations. In short, each round:
               α = 1 + passes, β = 1 + fails, the evidence decayed by `decay` per round since it was seen
               (non-binary rewards, `pass_threshold: null`: a decayed mean and variance). Fresh prompts are
               ranked by a Thompson draw of the signal of a group of G, 1 − p^G − (1 − p)^G (p drawn from the
-              posterior; its expectation is `expected_signal`), unseen prompts drawn from the prior; prompts
+              posterior; its expectation is `expected_signal`), unseen prompts from a Beta prior of mass 2 at
+              the pooled pass rate of all evidence; prompts
               confidently solved (P(p > 1 − skip_margin) ≥ skip_confidence) or hopeless
               (P(p < skip_margin) ≥ skip_confidence) are skipped.
     reuse     the last round's served replay had ESS fraction e and KL(μ ‖ π) per token k at mean staleness
@@ -153,6 +154,18 @@ class AdaptivePolicy:
         e = self._decayed(key, round_)
         return 1.0 + e[0], 1.0 + e[1]
 
+    def pooled(self, round_: int) -> tuple[float, float, float]:
+        """What all prompts' evidence says together: the Beta prior of an unseen prompt, mass 2 (as Beta(1, 1))
+        at the pooled pass rate p̄ = (1 + Σ passes) / (2 + Σ samples), so the expected signal of unseen prompts
+        follows the task; and the mean reward variance v̄ over seen prompts (non-binary rewards)."""
+        passes = total = var = 0.0
+        for key in self.evidence:
+            e = self._decayed(key, round_)
+            passes, total = passes + e[0], total + e[0] + e[1]
+            var += self.variance(key, round_) if self.pass_threshold is None else 0.0
+        mean = (1.0 + passes) / (2.0 + total)
+        return 2.0 * mean, 2.0 * (1.0 - mean), var / max(len(self.evidence), 1)
+
     def variance(self, key: int, round_: int) -> float:
         """Non-binary rewards: the decayed reward variance of prompt `key` (0 with under two samples' weight)."""
         _, _, n, s1, s2, _ = self._decayed(key, round_)
@@ -168,24 +181,24 @@ class AdaptivePolicy:
             return "solved"
         return "hopeless" if beta_cdf(self.skip_margin, a, b) >= self.skip_confidence else None
 
-    def signal(self, key: int | None, group_size: int, round_: int) -> float:
-        """Expected chance that a group of `group_size` is not all equal (None: an unseen prompt)."""
+    def signal(self, key: int | None, group_size: int, round_: int, pooled: tuple | None = None) -> float:
+        """Expected chance that a group of `group_size` is not all equal (None: an unseen prompt). Non-binary
+        rewards: v / (v + v̄), the prompt's variance against the mean over seen prompts (unseen: 0.5)."""
+        if key is None or self.pass_threshold is None:
+            pooled = pooled or self.pooled(round_)
         if self.pass_threshold is None:
-            return 0.5 if key is None or key not in self.evidence else self._relative_variance(key, round_)
-        a, b = self.posterior(key, round_) if key is not None else (1.0, 1.0)
+            v, mean = (pooled[2], pooled[2]) if key is None or key not in self.evidence else (
+                self.variance(key, round_), pooled[2])
+            return v / (v + mean) if v + mean > 0 else 0.5 * (key is None)
+        a, b = self.posterior(key, round_) if key is not None else pooled[:2]
         return expected_signal(a, b, group_size)
 
-    def _relative_variance(self, key: int, round_: int) -> float:
-        """Non-binary rewards: v / (v + v̄), v̄ the mean variance over seen prompts (0.5 at the average)."""
-        v = self.variance(key, round_)
-        mean = sum(self.variance(k, round_) for k in self.evidence) / len(self.evidence)
-        return v / (v + mean) if v + mean > 0 else 0.0
-
-    def _draw(self, key: int | None, group_size: int, round_: int) -> float:
-        """Thompson draw of a group's signal: p ~ posterior, 1 − p^G − (1 − p)^G (non-binary: expected)."""
+    def _draw(self, key: int | None, group_size: int, round_: int, pooled: tuple) -> float:
+        """Thompson draw of a group's signal: p ~ posterior (unseen: the pooled prior), 1 − p^G − (1 − p)^G
+        (non-binary rewards: the expected signal)."""
         if self.pass_threshold is None:
-            return self.signal(key, group_size, round_)
-        a, b = self.posterior(key, round_) if key is not None else (1.0, 1.0)
+            return self.signal(key, group_size, round_, pooled)
+        a, b = self.posterior(key, round_) if key is not None else pooled[:2]
         p = self.rng.betavariate(a, b)
         return 1.0 - p ** group_size - (1.0 - p) ** group_size
 
@@ -196,15 +209,16 @@ class AdaptivePolicy:
         kept, skipped = [], []
         for key in seen:
             (skipped if self.confident(key, round_) else kept).append(key)
-        ranked = [(self._draw(k, group_size, round_), 0, k) for k in kept]
-        ranked += [(self._draw(None, group_size, round_), 1, None) for _ in range(min(unseen, budget))]
+        pooled = self.pooled(round_)
+        ranked = [(self._draw(k, group_size, round_, pooled), 0, k) for k in kept]
+        ranked += [(self._draw(None, group_size, round_, pooled), 1, None) for _ in range(min(unseen, budget))]
         ranked.sort(key=lambda x: (-x[0], x[1], -1 if x[2] is None else x[2]))
         chosen = [k for _, _, k in ranked[:budget]]
         if len(chosen) < budget:
-            skipped.sort(key=lambda k: (-self.signal(k, group_size, round_), k))
+            skipped.sort(key=lambda k: (-self.signal(k, group_size, round_, pooled), k))
             chosen += skipped[: budget - len(chosen)]
         picked = [k for k in chosen if k is not None]
-        zero = [1.0 - self.signal(k, group_size, round_) for k in chosen]
+        zero = [1.0 - self.signal(k, group_size, round_, pooled) for k in chosen]
         return PromptChoice(seen=picked, unseen=len(chosen) - len(picked), skipped=len(skipped),
                             expected_zero_var=sum(zero) / len(zero) if zero else 0.0)
 

@@ -195,3 +195,15 @@ def test_bad_values_are_refused_by_name():
     with pytest.raises(ValueError, match="min_fresh_frac=0.9 at most max_fresh_frac=0.1"):
         policy(min_fresh_frac=0.9, max_fresh_frac=0.1)
     assert math.isfinite(policy().record_cost(10, 30))
+
+
+def test_the_prior_of_unseen_prompts_follows_the_pooled_pass_rate():
+    p = policy()
+    assert p.pooled(0)[:2] == (1.0, 1.0)  # no evidence: Beta(1, 1)
+    seen(p, 0, 17, 1)
+    seen(p, 1, 8, 0)  # 25 of 26 passed: p̄ = 26 / 28
+    a, b, _ = p.pooled(0)
+    assert (a, b) == pytest.approx((2 * 26 / 28, 2 * 2 / 28))
+    choice = p.choose_prompts([], unseen=5, budget=2, group_size=G, round_=0)
+    assert choice.unseen == 2 and choice.expected_zero_var == pytest.approx(1 - expected_signal(a, b, G))
+    assert choice.expected_zero_var > 1 - expected_signal(1, 1, G)  # a mostly solved task: more ties expected
