@@ -206,6 +206,7 @@ class AdaptivePolicy:
         """Spend `budget` fresh groups: rank the seen prompts that are not confidently solved/hopeless and up
         to `budget` unseen ones (the stream has `unseen` left) by a Thompson draw of their signal; if too few
         remain, the skipped ones fill in, most promising first."""
+        group_size = max(group_size, 2)  # PPO's groups of one: rank by the chance two samples differ, 2p(1 − p)
         kept, skipped = [], []
         for key in seen:
             (skipped if self.confident(key, round_) else kept).append(key)

@@ -126,3 +126,28 @@ def test_resume_restores_the_controller_exactly(tmp_path):
     _, dm2, _ = fit(stage, 8, [AtResume()], ckpt_path=tmp_path / "ckpt" / "last.ckpt")
     assert seen["state"] == saved
     assert dm2.policy.rng.getstate() != dm.policy.rng.getstate()  # and it went on drawing from there
+
+
+def test_train_py_end_to_end_logs_the_mix_to_summary_and_csv(tmp_path):
+    """python train.py algorithm=grpo data=adaptive: the mix metrics reach summary.json and metrics.csv."""
+    import csv
+    import json
+
+    from tests.helpers import TINY_MODEL
+    from tests.test_train_e2e import train
+    out = tmp_path / "run"
+    proc = train(*TINY_MODEL, "algorithm=grpo", "data=adaptive", "trainer.max_steps=6", "data.prompts_per_round=4",
+                 "data.batch_size=16", "algorithm.group_size=4", "generator.max_new_tokens=4", "task.num_heldout=20",
+                 "callbacks.evaluate.num_examples=20", "callbacks.progress.refresh_rate=0", "logger=csv",
+                 "reward=function", "reward.fn._target_=tests.helpers.char_sum_scores", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[mix] round 1: 4 fresh prompts × 4" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())["grpo"]
+    for key in ("mix/fresh_frac", "mix/replay_frac", "mix/harvest_frac", "mix/prompts_skipped",
+                "mix/samples_per_prompt", "mix/reuse_limit", "mix/reason", "mix/fresh_frac_mean"):
+        assert key in summary, key
+    assert sum(v for k, v in summary.items() if k.startswith("mix/reasons/")) == summary["rollout/rounds"] == 6
+    rows = [r for r in csv.DictReader((out / "csv" / "grpo" / "metrics.csv").open()) if r.get("mix/fresh_frac")]
+    assert len(rows) == 6
+    assert all(float(r["mix/fresh_frac"]) + float(r["mix/replay_frac"]) + float(r["mix/harvest_frac"]) == 1.0
+               for r in rows)
