@@ -151,3 +151,36 @@ def test_train_py_end_to_end_logs_the_mix_to_summary_and_csv(tmp_path):
     assert len(rows) == 6
     assert all(float(r["mix/fresh_frac"]) + float(r["mix/replay_frac"]) + float(r["mix/harvest_frac"]) == 1.0
                for r in rows)
+
+
+class SameDecisionOnRanks(L.Callback):
+    """Added with +callbacks.same_mix._target_=...: every round, every rank holds the same decision (the mix
+    metrics, the replayed groups, the fresh prompts' indices), checked by gathering them across the ranks."""
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        from hardware import distributed
+        dm = trainer.datamodule
+        mine = (dm.decision, list(dm.replay_ids), sorted(dm.group_prompt.items())[-dm.prompts_per_round:])
+        every = distributed.gather(mine)
+        assert all(d == every[0] for d in every), f"ranks decided differently at step {trainer.global_step}"
+        self.agreed = getattr(self, "agreed", 0) + 1
+
+    def on_train_end(self, trainer, pl_module):
+        from hardware.console import say
+        say(trainer, f"[same_mix] {getattr(self, 'agreed', 0)} rounds decided alike on {trainer.world_size} ranks")
+
+
+def test_two_ranks_make_one_decision(tmp_path):
+    """hardware=ddp: both ranks plan every round alike (SameDecisionOnRanks raises otherwise)."""
+    import json
+
+    from tests.hardware.test_train_ranks import RANKS
+    from tests.test_train_e2e import train
+    out = tmp_path / "run"
+    proc = train("hardware=ddp", *RANKS, "data=adaptive", "trainer.max_steps=6",
+                 "+callbacks.same_mix._target_=tests.data_modules.test_adaptive.SameDecisionOnRanks",
+                 f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())["grpo"]
+    assert sum(v for k, v in summary.items() if k.startswith("mix/reasons/")) == summary["rollout/rounds"] == 3
+    assert "[same_mix] 3 rounds decided alike on 2 ranks" in proc.stdout
