@@ -184,3 +184,32 @@ def test_two_ranks_make_one_decision(tmp_path):
     summary = json.loads((out / "summary.json").read_text())["grpo"]
     assert sum(v for k, v in summary.items() if k.startswith("mix/reasons/")) == summary["rollout/rounds"] == 3
     assert "[same_mix] 3 rounds decided alike on 2 ranks" in proc.stdout
+
+
+def test_harvested_experience_is_served_and_updates_the_prompts_evidence(tmp_path):
+    """Run 1 writes a store; run 2 (data=adaptive, data.harvest) loads it: its groups count as evidence about
+    their prompts (matched by text) before any fresh sample, and are served as harvest by the mix."""
+    store = tmp_path / "store"
+    _, dm1, _ = fit(stage_cfg(tmp_path / "one", [f"data.store={store}"]), 4)
+    recorder = RoundRecorder()
+    trainer, module, dm2, _ = build_parts(stage_cfg(tmp_path / "two", [f"data.harvest={store}"]), 4, [recorder],
+                                          reward=PassFail())
+    before_fresh, real_observe, real_put = [], dm2.policy.observe, dm2.put
+
+    def observe(key, rewards, round_):
+        if not dm2.rounds_put and not putting:
+            before_fresh.append(key)
+        real_observe(key, rewards, round_)
+
+    def put(records):
+        putting.append(True)
+        real_put(records)
+
+    putting: list = []
+    dm2.policy.observe, dm2.put = observe, put
+    trainer.fit(module, datamodule=dm2)
+    assert set(before_fresh) == set(dm1.group_prompt.values())  # every harvested group's prompt, before any fresh
+    served = [s for r in recorder.rounds for _, s, _ in r["served"]]
+    assert "dataset" in served
+    assert any(r["metrics"]["mix/harvest_frac"] > 0 for r in recorder.rounds)
+    assert "harvest" in dm2.policy.values  # harvest was valued per cost like the other sources
