@@ -87,6 +87,11 @@ class ExperienceBuffer:
             elif self.max_reuse is not None and all(r.provenance.times_used >= self.max_reuse for r in group):
                 self._drop(gid, "reuse")
 
+    def retire(self, gid: int, rule: str) -> None:
+        """Drop group `gid` by a rule decided outside the buffer (data=adaptive's reuse limit), counted
+        under `rule` in evicted_by."""
+        self._drop(gid, rule)
+
     def oldest_staleness(self, version: int) -> int | None:
         ages = [a for g in self.groups.values() if (a := self.staleness(g, version)) is not None]
         return max(ages) if ages else None

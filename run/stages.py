@@ -280,6 +280,7 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     for cb in callbacks:
         if hasattr(cb, "summary"):  # ResumeState's: the train/* values a resumed fit started with
             metrics |= cb.summary()
+    metrics |= getattr(datamodule, "summary", dict)()  # data=adaptive: its decisions (mix/*)
     metrics |= {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
     for logger in trainer.loggers:  # the W&B run's summary gets the stage's final figures
         getattr(logger, "set_summary", lambda m: None)(metrics)

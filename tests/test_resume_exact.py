@@ -1,6 +1,7 @@
 """A run killed with SIGKILL at a random point and resumed ends exactly where an uninterrupted run with
 the same seed ends: the same summary.json metrics (timings aside) and bit-identical final weights.
-GRPO with replay (buffer, replay sampling, off-policy correction), DPO (cached reference log-probs) and
+GRPO with replay (buffer, replay sampling, off-policy correction), GRPO on data=adaptive (its controller's
+posteriors, value EMAs, reuse limit and RNG), DPO (cached reference log-probs) and
 online DPO refreshing its reference every 2 rounds, on CPU with the tiny model and a checkpoint every
 round. Slow: three `python train.py` per case.
 
@@ -33,6 +34,9 @@ CASES = {  # name: (overrides, rounds, steps a round or None)
     "grpo_replay": (["algorithm=grpo", "data=replay_mix", "trainer.max_steps=30", "data.prompts_per_round=4",
                      "data.batch_size=16", "reward=function",  # a reward that varies even for a random model
                      "reward.fn._target_=tests.helpers.char_sum_scores"], 15, 2),
+    "grpo_adaptive": (["algorithm=grpo", "data=adaptive", "trainer.max_steps=30", "data.prompts_per_round=4",
+                       "data.batch_size=16", "reward=function",  # the controller: posteriors, EMAs, limit, RNG
+                       "reward.fn._target_=tests.helpers.char_sum_scores"], 15, 2),
     "dpo": (["algorithm=dpo", "trainer.max_steps=24", "++data.synthetic.num_pairs=64", "data.batch_size=16"], 6, 4),
     # A round's steps vary with its pairs (None: wait for the round's checkpoint, whatever its step); the
     # reference is refreshed every 2 rounds, so a resume must restore the refreshed reference too.
@@ -41,7 +45,7 @@ CASES = {  # name: (overrides, rounds, steps a round or None)
                             "data.batch_size=2", "reward=function",
                             "reward.fn._target_=tests.helpers.char_sum_scores"], 8, None),
 }
-STAGE = {"grpo_replay": "grpo", "dpo": "dpo", "online_dpo_refresh": "online_dpo"}
+STAGE = {"grpo_replay": "grpo", "grpo_adaptive": "grpo", "dpo": "dpo", "online_dpo_refresh": "online_dpo"}
 KNOWN: dict[str, set[str]] = {}  # what a resumed stage may still report differently (nothing, now)
 
 

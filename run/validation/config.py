@@ -77,15 +77,25 @@ def _check_rounds(cfg: DictConfig, errors: list[str]) -> None:
 def _check_replay(cfg: DictConfig, errors: list[str]) -> None:
     """Replayed or harvested data is off-policy: an uncorrected loss on it is refused unless asked for."""
     ratio, harvest = raw(cfg, "data.replay_ratio"), raw(cfg, "data.harvest")
-    if ratio is None:  # its range: run/validation/schemas/data.py
+    adaptive = raw(cfg, "data._target_") == "data_modules.adaptive.AdaptiveDataModule"  # replays when it pays
+    if ratio is None and not adaptive:  # its range: run/validation/schemas/data.py
         return
     uncorrected = raw(cfg, "algorithm.correction._target_") == "losses.correction.no_correction"
-    if (ratio > 0 or harvest) and uncorrected and not raw(cfg, "data.allow_uncorrected"):
-        errors.append(f"correction=none trains on replayed/harvested data (data.replay_ratio={ratio}, "
+    said = "data=adaptive" if adaptive else f"data.replay_ratio={ratio}"
+    if (adaptive or ratio > 0 or harvest) and uncorrected and not raw(cfg, "data.allow_uncorrected"):
+        errors.append(f"correction=none trains on replayed/harvested data ({said}, "
                       f"data.harvest={harvest}) as if it were on-policy: choose correction=ppo_clip, "
                       f"truncated_is or masked_is, or set data.allow_uncorrected=true to accept the bias")
     if harvest and not Path(str(harvest)).is_dir():
         errors.append(f"data.harvest={harvest!r}: no such directory (a store written with data.store=...)")
+
+
+def _check_adaptive(cfg: DictConfig, errors: list[str]) -> None:
+    """data=adaptive's fresh-share bounds (each in range: the schema) must not cross."""
+    low, high = raw(cfg, "data.policy.min_fresh_frac"), raw(cfg, "data.policy.max_fresh_frac")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
+        errors.append(f"data.policy.min_fresh_frac={low} must be at most data.policy.max_fresh_frac={high} "
+                      f"(the bounds of each round's fresh share)")
 
 
 def _check_overlong(cfg: DictConfig, errors: list[str]) -> None:
@@ -160,7 +170,7 @@ def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[st
     return found
 
 
-CHECKS = (_check_rounds, _check_replay, _check_overlong, _check_files, _check_micro_batches, _check_generator,
+CHECKS = (_check_rounds, _check_replay, _check_adaptive, _check_overlong, _check_files, _check_micro_batches, _check_generator,
           _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora, check_model_shape,
           check_precision, check_buffer, check_store, _check_push)
 GATES = (check_moved_targets, _check_resolves, check_schemas)  # an old path, a broken ${...}, a bad value:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tests.bad_inputs.case import Case
-from tests.bad_inputs.setups import NO_GPU, REPLAY, no_vllm
+from tests.bad_inputs.setups import ADAPTIVE, NO_GPU, REPLAY, no_vllm
 
 C = Case
 
@@ -74,6 +74,42 @@ CASES: list[Case] = [
       "data.allow_uncorrected=true to accept the bias"),
     C("replay-ratio", "a replay ratio of 1", REPLAY + ("data.replay_ratio=1.0",),
       "error: stage grpo: data.replay_ratio=1.0 must be in [0, 1) (0: pure on-policy)"),
+    # ---- data=adaptive's policy (data.policy.*): every key refused by name
+    C("adaptive-fresh-bounds", "a minimum fresh share above the maximum",
+      ADAPTIVE + ("data.policy.min_fresh_frac=0.8", "data.policy.max_fresh_frac=0.5"),
+      "error: stage grpo: data.policy.min_fresh_frac=0.8 must be at most data.policy.max_fresh_frac=0.5 (the bounds "
+      "of each round's fresh share)"),
+    C("adaptive-min-fresh-negative", "a negative minimum fresh share", ADAPTIVE + ("data.policy.min_fresh_frac=-0.1",),
+      "error: stage grpo: data.policy.min_fresh_frac=-0.1 must be a number in [0, 1]"),
+    C("adaptive-max-fresh-zero", "a maximum fresh share of 0 (no fresh data ever)",
+      ADAPTIVE + ("data.policy.max_fresh_frac=0",), "error: stage grpo: data.policy.max_fresh_frac=0 must be in (0, 1]"),
+    C("adaptive-min-ess", "an ESS bound above 1", ADAPTIVE + ("data.policy.min_ess_frac=1.5",),
+      "error: stage grpo: data.policy.min_ess_frac=1.5 must be a number in [0, 1]"),
+    C("adaptive-max-kl", "a negative KL bound", ADAPTIVE + ("data.policy.max_kl=-1",),
+      "error: stage grpo: data.policy.max_kl=-1 must be a positive number"),
+    C("adaptive-decay", "evidence that decays to nothing at once", ADAPTIVE + ("data.policy.decay=0",),
+      "error: stage grpo: data.policy.decay=0 must be in (0, 1] (1: evidence never fades)"),
+    C("adaptive-ema", "a smoothing rate above 1", ADAPTIVE + ("data.policy.ema=1.5",),
+      "error: stage grpo: data.policy.ema=1.5 must be in (0, 1]"),
+    C("adaptive-skip-margin", "a skip margin past one half", ADAPTIVE + ("data.policy.skip_margin=0.7",),
+      "error: stage grpo: data.policy.skip_margin=0.7 must be in (0, 0.5]"),
+    C("adaptive-skip-confidence", "a negative skip confidence", ADAPTIVE + ("data.policy.skip_confidence=-0.1",),
+      "error: stage grpo: data.policy.skip_confidence=-0.1 must be in (0, 1]"),
+    C("adaptive-pass-threshold", "a pass threshold that is not a number", ADAPTIVE + ("data.policy.pass_threshold=abc",),
+      "error: stage grpo: data.policy.pass_threshold='abc' must be a number, or null for non-binary rewards "
+      "(mean/variance)"),
+    C("adaptive-price", "a negative token price for the mix", ADAPTIVE + ("data.policy.usd_per_mtok_generated=-1",),
+      "error: stage grpo: data.policy.usd_per_mtok_generated=-1 must be a number ≥ 0"),
+    C("adaptive-policy-target", "a policy class that does not exist",
+      ADAPTIVE + ("data.policy._target_=data_modules.adaptive_policy.NoSuchPolicy",),
+      "error: stage grpo: data.policy._target_=data_modules.adaptive_policy.NoSuchPolicy: "
+      "data_modules.adaptive_policy has no `NoSuchPolicy`"),
+    C("adaptive-max-reuse-zero", "an adaptive reuse cap of 0", ADAPTIVE + ("data.max_reuse=0",),
+      "error: stage grpo: data.max_reuse=0 must be a positive integer, or null for no cap (0 would replay nothing)"),
+    C("adaptive-uncorrected", "adaptive replay with no off-policy correction", ADAPTIVE + ("correction=none",),
+      "error: stage grpo: correction=none trains on replayed/harvested data (data=adaptive, data.harvest=None) as if "
+      "it were on-policy: choose correction=ppo_clip, truncated_is or masked_is, or set data.allow_uncorrected=true "
+      "to accept the bias"),
     C("harvest-missing", "a harvest store that does not exist", REPLAY + ("data.harvest=DIR/store",),
       "error: stage grpo: data.harvest='DIR/store': no such directory (a store written with data.store=...)"),
     C("no-gpu", "hardware=gpu on a machine without one", ("hardware=gpu",),

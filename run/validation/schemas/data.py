@@ -8,8 +8,8 @@ from typing import Annotated
 from pydantic import Field
 
 from run.validation.schemas.model import Seed
-from run.validation.schemas.base import (Bool, Mapping, NonNegativeInt, NonNegativeNumber, Node, OpenNode,
-                                          OptionalPath, PositiveInt, Text, choice, must, optional)
+from run.validation.schemas.base import (Bool, Fraction, Mapping, NonNegativeInt, NonNegativeNumber, Node, OpenNode,
+                                          OptionalPath, PositiveInt, PositiveNumber, Text, choice, must, optional)
 
 EVICTIONS, SAMPLINGS = ("oldest", "lowest_priority"), ("uniform", "prioritized")  # data_modules/buffer.py
 
@@ -49,6 +49,36 @@ class ReplayMix(Rollouts):
     allow_uncorrected: Bool = None
 
 
+class AdaptivePolicy(OpenNode):
+    """data_modules.adaptive_policy.AdaptivePolicy (data.policy of data=adaptive); another `_target_` may take
+    other keys: the named ones are checked, any other passed on. min ≤ max: run/validation/config.py."""
+    pass_threshold: optional(must(float, "a number"), "for non-binary rewards (mean/variance)") = None
+    decay: must(Annotated[float, Field(gt=0, le=1)], "in (0, 1] (1: evidence never fades)") = None
+    skip_margin: must(Annotated[float, Field(gt=0, le=0.5)], "in (0, 0.5]") = None
+    skip_confidence: must(Annotated[float, Field(gt=0, le=1)], "in (0, 1]") = None
+    min_ess_frac: Fraction = None
+    max_kl: PositiveNumber = None
+    min_fresh_frac: Fraction = None
+    max_fresh_frac: must(Annotated[float, Field(gt=0, le=1)], "in (0, 1]") = None
+    ema: must(Annotated[float, Field(gt=0, le=1)], "in (0, 1]") = None
+    usd_per_mtok_generated: NonNegativeNumber = None
+    usd_per_mtok_trained: NonNegativeNumber = None
+    seed: Seed = None
+
+
+class Adaptive(Rollouts):
+    """data_modules.adaptive.AdaptiveDataModule: the mix, prompts and reuse decided by `policy` each round."""
+    max_staleness: optional(NonNegativeInt, "for no cap") = None
+    max_reuse: optional(PositiveInt, "for no cap (0 would replay nothing)") = None
+    eviction: choice(*EVICTIONS) = None
+    priority_alpha: NonNegativeNumber = None
+    harvest: OptionalPath = None
+    harvest_mismatch: choice("refuse", "retokenize") = None
+    refresh_on_drift: Bool = None
+    allow_uncorrected: Bool = None
+    policy: AdaptivePolicy = None
+
+
 class Preferences(Batches):
     """data_modules.static_preferences.StaticPreferencesDataModule: offline preference pairs."""
     path: OptionalPath = None
@@ -72,5 +102,6 @@ SCHEMAS = {"data_modules.demonstrations.DemonstrationsDataModule": Demonstration
            "data_modules.fresh_rollouts.FreshRolloutsDataModule": Rollouts,
            "data_modules.filtered_rollouts.FilteredRolloutsDataModule": Rollouts,
            "data_modules.replay_mix.ReplayMixDataModule": ReplayMix,
+           "data_modules.adaptive.AdaptiveDataModule": Adaptive,
            "data_modules.static_preferences.StaticPreferencesDataModule": Preferences}
 FALLBACK = AnyData
