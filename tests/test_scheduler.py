@@ -27,11 +27,12 @@ def node(cfg) -> dict:
 
 
 def test_the_defaults_are_the_schedules_each_algorithm_had(hydra_conf):
-    """sft: cosine over its max_steps with 20 warmup steps; every other algorithm: constant after 10."""
+    """sft: cosine over its max_steps with 20 warmup steps; every other algorithm: constant after 10 (the
+    quickstart's grpo stage picks cosine in its own overrides)."""
     sft, grpo = (s.cfg for s in plan(hydra_conf, []))
     assert node(sft) == {"_target_": "transformers.get_cosine_schedule_with_warmup", "_partial_": True,
                          "num_warmup_steps": 20, "num_training_steps": 2000}
-    assert node(grpo) == CONSTANT
+    assert node(grpo) == node(sft) | {"num_warmup_steps": 10, "num_training_steps": 600}
     for algorithm in ALGORITHMS:
         cfg = hydra_conf([f"algorithm={algorithm}"])
         assert node(cfg) == (node(sft) | {"num_training_steps": 100} if algorithm == "sft" else CONSTANT), algorithm
@@ -40,13 +41,13 @@ def test_the_defaults_are_the_schedules_each_algorithm_had(hydra_conf):
 @pytest.mark.parametrize("choice, target", [("linear", "get_linear_schedule_with_warmup"),
                                             ("cosine", "get_cosine_schedule_with_warmup")])
 def test_a_decay_lasts_each_stages_own_max_steps(hydra_conf, choice, target):
-    """The quickstart's stages set trainer.max_steps 2000 and 400 in their overrides; the stage's
+    """The quickstart's stages set trainer.max_steps 2000 and 600 in their overrides; the stage's
     algorithm=sft|grpo choice keeps the command line's scheduler, and sft keeps its own warmup."""
     sft, grpo = (s.cfg for s in plan(hydra_conf, [f"scheduler={choice}"]))
     assert node(sft) == {"_target_": f"transformers.{target}", "_partial_": True, "num_warmup_steps": 20,
                          "num_training_steps": 2000}
     assert node(grpo) == {"_target_": f"transformers.{target}", "_partial_": True, "num_warmup_steps": 10,
-                          "num_training_steps": 400}
+                          "num_training_steps": 600}
     sft, grpo = (s.cfg for s in plan(hydra_conf, [f"scheduler={choice}", "trainer.max_steps=7"]))
     assert sft.algorithm.scheduler.num_training_steps == grpo.algorithm.scheduler.num_training_steps == 7
 

@@ -91,7 +91,7 @@ def quickstart_render(out: Path, smoke: bool) -> Rendered:
     return Rendered(table(head, ["---"] + ["---:"] * (len(head) - 1), rows), notes)
 
 
-register(Figure("quickstart", "The default run (`python train.py`), per seed", "~8 min a seed on 2 cores, 5 seeds",
+register(Figure("quickstart", "The default run (`python train.py`), per seed", "~5 min a seed on 2 cores, 5 seeds",
                 quickstart_commands, quickstart_render))
 
 
