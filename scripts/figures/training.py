@@ -166,7 +166,7 @@ def ovr_render(out: Path, smoke: bool) -> Rendered:
 
 
 register(Figure("onpolicy_vs_replay", "On-policy vs replay (`experiment=onpolicy_vs_replay`)",
-                "~45 min on 2 cores: 12 runs of SFT 3,000 steps + GRPO 400 (estimate)", ovr_commands, ovr_render))
+                "~45 min on 2 cores: 12 runs of SFT 2,000 steps + GRPO 400 (estimate)", ovr_commands, ovr_render))
 
 
 # ------------------------------------------------------------------------------- preferences
@@ -177,10 +177,10 @@ PREF_ALGORITHMS = "dpo,ipo,kto,online_dpo,rejection_sampling,reward_model"
 def pref_commands(out: Path, smoke: bool) -> list[list[str]]:
     small = [*SMOKE[3:]] if smoke else []  # the held-out set and sampling length; steps set below
     sft_steps, steps = ("trainer.max_steps=4", "trainer.max_steps=2") if smoke else (
-        "trainer.max_steps=3000", "trainer.max_steps=300")
+        "trainer.max_steps=2000", "trainer.max_steps=300")
     # smoke: online DPO and rejection sampling need a policy that solves some prompts (a 4-step SFT does not)
     algorithms = "dpo,reward_model" if smoke else PREF_ALGORITHMS
-    return [train("algorithm=sft", "++data.max_examples=1000", sft_steps, "seed=1", *QUIET, *small,
+    return [train("algorithm=sft", "data.max_examples=1500", "algorithm.optimizer.lr=1e-3", sft_steps, "seed=1", *QUIET, *small,
                   f"hydra.run.dir={out}/sft"),
             train("-m", "model=hf", "recipe=tiny", f"model.name_or_path={out}/sft/policy", f"algorithm={algorithms}", steps,
                   "seed=1" if smoke else "seed=1,2,3", *QUIET, *small, f"hydra.sweep.dir={out}/prefs")]
@@ -202,7 +202,7 @@ def pref_render(out: Path, smoke: bool) -> Rendered:
         rows.append([a, "–" if a == "reward_model" else mean_std(task), mean_std(pref) + before])
     head = ["algorithm", f"held-out task accuracy ({acc(sft.get('val/accuracy_after'))} before)",
             f"held-out preference accuracy ({acc(pref_before)} before)"]
-    notes = ("Every run starts from one SFT policy (the first command: 1,000 demonstrations, seed 1); "
+    notes = ("Every run starts from one SFT policy (the first command: 1,500 demonstrations at lr 1e-3, seed 1); "
              "mean ± sample std over the seeds, then each seed's value. The reward model trains a scoring "
              "head, not the policy: its task accuracy is the SFT policy's.")
     return Rendered(table(head, ["---", "---", "---"], rows), notes)
