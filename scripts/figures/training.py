@@ -180,7 +180,7 @@ def pref_commands(out: Path, smoke: bool) -> list[list[str]]:
         "trainer.max_steps=2000", "trainer.max_steps=300")
     # smoke: online DPO and rejection sampling need a policy that solves some prompts (a 4-step SFT does not)
     algorithms = "dpo,reward_model" if smoke else PREF_ALGORITHMS
-    return [train("algorithm=sft", "data.max_examples=1500", "algorithm.optimizer.lr=1e-3", sft_steps, "seed=1", *QUIET, *small,
+    return [train("algorithm=sft", "data.max_examples=1500", sft_steps, "seed=1", *QUIET, *small,
                   f"hydra.run.dir={out}/sft"),
             train("-m", "model=hf", "recipe=tiny", f"model.name_or_path={out}/sft/policy", f"algorithm={algorithms}", steps,
                   "seed=1" if smoke else "seed=1,2,3", *QUIET, *small, f"hydra.sweep.dir={out}/prefs")]
@@ -202,7 +202,7 @@ def pref_render(out: Path, smoke: bool) -> Rendered:
         rows.append([a, "–" if a == "reward_model" else mean_std(task), mean_std(pref) + before])
     head = ["algorithm", f"held-out task accuracy ({acc(sft.get('val/accuracy_after'))} before)",
             f"held-out preference accuracy ({acc(pref_before)} before)"]
-    notes = ("Every run starts from one SFT policy (the first command: 1,500 demonstrations at lr 1e-3, seed 1); "
+    notes = ("Every run starts from one SFT policy (the first command: 1,500 demonstrations, seed 1); "
              "mean ± sample std over the seeds, then each seed's value. The reward model trains a scoring "
              "head, not the policy: its task accuracy is the SFT policy's.")
     return Rendered(table(head, ["---", "---", "---"], rows), notes)

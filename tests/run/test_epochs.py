@@ -96,10 +96,11 @@ def test_synthetic_pairs_are_counted_too():
 
 
 def test_which_limit_wins():
-    """Epochs replace a config's step count (the quickstart's sft: 3,000); a command-line max_steps alone turns
-    the epochs off; both on the command line: the first limit reached. 1,000 demonstrations at 64: 16 an epoch."""
+    """Epochs replace a config's step count (the quickstart's sft: 2,000); a command-line max_steps alone turns
+    the epochs off; both on the command line: the first limit reached. 1,500 demonstrations at 64: 24 an epoch
+    (the last batch short)."""
     sft, grpo = plan(TINY + ["++trainer.max_epochs=2"])
-    assert (sft.cfg.trainer.max_steps, grpo.cfg.trainer.max_steps, grpo.cfg.trainer.max_epochs) == (32, 600, 2)
+    assert (sft.cfg.trainer.max_steps, grpo.cfg.trainer.max_steps, grpo.cfg.trainer.max_epochs) == (48, 600, 2)
     [sft] = plan(TINY + ["algorithm=sft", "data=demonstrations", "data.max_examples=1000", "trainer.max_steps=7", "recipe.epochs.sft=3"])
     assert (sft.cfg.trainer.max_steps, sft.cfg.trainer.max_epochs) == (7, -1)
     [sft] = plan(TINY + ["algorithm=sft", "data=demonstrations", "data.max_examples=1000", "trainer.max_steps=20", "trainer.max_epochs=3"])

@@ -13,7 +13,7 @@ from tests.bad_inputs.setups import edit_config, model_folder
 CONF = Path(__file__).resolve().parent.parent.parent / "conf"
 ALGORITHMS = sorted(f.stem for f in (CONF / "algorithm").glob("*.yaml"))
 # before conf/recipe: each algorithm file's own lr, the scheduler group's warmups, the generator's length
-TINY_LR = {"sft": 3e-3, "dpo": 1e-4, "ipo": 1e-4, "online_dpo": 1e-4, "kto": 5e-5, "reward_model": 3e-4,
+TINY_LR = {"sft": 1e-3, "dpo": 1e-4, "ipo": 1e-4, "online_dpo": 1e-4, "kto": 5e-5, "reward_model": 3e-4,
            "grpo": 3e-4, "dr_grpo": 3e-4, "rloo": 3e-4, "reinforce_pp": 3e-4, "ppo": 3e-4,
            "rejection_sampling": 3e-4}
 PRETRAINED_LR = {"sft": 2e-5, "dpo": 1e-6, "ipo": 1e-6, "online_dpo": 5e-7, "kto": 1e-6, "reward_model": 1e-5,
@@ -64,11 +64,11 @@ def test_the_command_line_wins_over_the_recipe(hydra_conf):
 
 def test_the_quickstart_under_model_hf_plans_a_pretrained_run(hydra_conf, hf_folder):
     """Before the recipe: SFT at lr 3e-3 for 3,000 steps, GRPO at 3e-4 with 8 new tokens. Now SFT runs 3
-    epochs over its 1,000 demonstrations at batch 64: ceil(1000 / 64) = 16 steps an epoch, 48 steps."""
+    epochs over its 1,500 demonstrations at batch 64: ceil(1500 / 64) = 24 steps an epoch, 72 steps."""
     overrides = ["model=hf", f"model.name_or_path={hf_folder}", "logger=none"]
     sft, grpo = (s.cfg for s in plan_stages(hydra_conf(overrides), overrides))
-    assert (sft.algorithm.optimizer.lr, sft.trainer.max_epochs, sft.trainer.max_steps) == (2e-5, 3, 48)
-    assert sft.algorithm.scheduler.num_training_steps == 48
+    assert (sft.algorithm.optimizer.lr, sft.trainer.max_epochs, sft.trainer.max_steps) == (2e-5, 3, 72)
+    assert sft.algorithm.scheduler.num_training_steps == 72
     assert (grpo.algorithm.optimizer.lr, grpo.generator.max_new_tokens, grpo.trainer.max_steps) == (1e-6, 256, 600)
 
 
