@@ -168,9 +168,9 @@ def segments(render: Render, messages: list[dict], loc: str) -> list[Segment]:
         head = _rendered(render, messages[:i], True, loc, i) if m["role"] == "assistant" else None
         full = _rendered(render, messages[: i + 1], False, loc, i)
         cut = head if head is not None else full
-        _extends(prev, cut, loc, i, "the conversation before it" + (" + the generation prompt" if head else ""))
+        _extends(prev, cut, loc, i, "" if head is None else " + the generation prompt", "")
         if head is not None:
-            _extends(head, full, loc, i, "its generation prompt")
+            _extends(head, full, loc, i, "", " + the generation prompt")
             out.append(Segment("assistant", head[len(prev):], full[len(head):]))
         else:
             out.append(Segment(m["role"], full[len(prev):], []))
@@ -185,10 +185,12 @@ def _rendered(render: Render, messages: list[dict], add_generation_prompt: bool,
         raise DataFileError(f"{loc}: the chat template cannot render messages 0-{i} ({type(e).__name__}: {e})") from None
 
 
-def _extends(before: list[int], after: list[int], loc: str, i: int, what: str) -> None:
+def _extends(before: list[int], after: list[int], loc: str, i: int, after_what: str, before_what: str) -> None:
+    """`after` (messages 0..i rendered, + `after_what`) must start with `before` (messages 0..i-1)."""
     if after[: len(before)] != before:
-        raise DataFileError(f"{loc}: the chat template renders message {i} by changing the tokens of {what} "
-                            f"(it rewrites earlier turns), so turn boundaries are not exact; cannot mask by turn")
+        raise DataFileError(f"{loc}: the chat template's rendering of messages 0-{i}{after_what} does not start "
+                            f"with its rendering of messages 0-{i - 1}{before_what} (it rewrites earlier turns), "
+                            f"so turn boundaries are not exact; cannot mask by turn")
 
 
 # ---------------------------------------------------------------- records
