@@ -33,42 +33,40 @@ class PreferenceDataError(ValueError):
     """A preference file or row is unusable; the message names the file and the row."""
 
 
-def read_rows(path: str, split: str, key: str = "data.path") -> list[tuple[str, dict]]:
+def read_rows(path: str, split: str, key: str = "data.path",
+              error: type[Exception] = PreferenceDataError) -> list[tuple[str, dict]]:
     """[(location, row)] from a .jsonl/.json-lines file, a .parquet file or a save_to_disk folder, or from
-    those a Hub dataset id names (`key`: data.heldout_path picks the held-out split's files)."""
-    files = dataset_files(path, key, PreferenceDataError, (".jsonl", ".parquet"),
+    those a Hub dataset id names (`key`: data.heldout_path picks the held-out split's files). A missing
+    or unreadable file or line raises `error` (data_modules/conversations.py reads its files here too)."""
+    files = dataset_files(path, key, error, (".jsonl", ".parquet"),
                           heldout=key == "data.heldout_path", split=split)
     if files is not None:
         say0(f"{key}={path}: {', '.join(str(f) for f in files)} (Hugging Face cache)")
-        return [row for f in files for row in read_rows(str(f), split, key)]
+        return [row for f in files for row in read_rows(str(f), split, key, error)]
     p = Path(path)
     if p.is_dir():
-        return _read_saved_dataset(p, split)
+        return _read_saved_dataset(p, split, error)
     if not p.is_file():
-        raise PreferenceDataError(f"{path}: no such file or directory")
+        raise error(f"{path}: no such file or directory")
     if p.suffix == ".parquet":
         import pyarrow.parquet as pq
         try:
             rows = pq.read_table(p).to_pylist()
         except Exception as e:  # pyarrow raises several types for a corrupt file
-            raise PreferenceDataError(f"{path}: not a readable Parquet file ({e})") from None
+            raise error(f"{path}: not a readable Parquet file ({e})") from None
         return [(f"{path} row {i}", row) for i, row in enumerate(rows)]
-    return _read_jsonl(p)
+    return [(f"{p}:{lineno}", row) for lineno, row in read_jsonl_objects(p, error)]
 
 
-def _read_jsonl(p: Path) -> list[tuple[str, dict]]:
-    return [(f"{p}:{lineno}", row) for lineno, row in read_jsonl_objects(p, PreferenceDataError)]
-
-
-def _read_saved_dataset(p: Path, split: str) -> list[tuple[str, dict]]:
+def _read_saved_dataset(p: Path, split: str, error: type[Exception]) -> list[tuple[str, dict]]:
     from datasets import DatasetDict, load_from_disk
     try:
         ds = load_from_disk(str(p))
     except Exception as e:
-        raise PreferenceDataError(f"{p}: not a datasets.save_to_disk folder ({e})") from None
+        raise error(f"{p}: not a datasets.save_to_disk folder ({e})") from None
     if isinstance(ds, DatasetDict):
         if split not in ds:
-            raise PreferenceDataError(f"{p}: no split {split!r} (has {sorted(ds)}); set data.split")
+            raise error(f"{p}: no split {split!r} (has {sorted(ds)}); set data.split")
         ds, where = ds[split], f"{p} (split {split})"
     else:
         where = str(p)

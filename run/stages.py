@@ -30,6 +30,7 @@ from run.errors import ConfigError
 from run.overrides import has_key, takes, unmatched_problem
 from run.recipe import recipe_line
 from run.validation.config import validate
+from run.validation.conversation_data import conversation_records
 from run.validation.data import check_stage_data
 from run.validation.preference_data import preference_records
 from run.validation.schemas import stage_list_problems
@@ -123,9 +124,11 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     tokenizers: dict = {}  # the data against each stage's model context and reward (no weights loaded)
     for stage in stages:
         check_stage_data(stage.name, stage.cfg, stage.task, tokenizers)
-    for stage in stages:  # every stage's preference files, before the first stage trains
-        note = plan_epochs(stage.name, stage.cfg, stage.task, preference_records(stage.name, stage.cfg, stage.task),
-                           stage.user_keys)
+    for stage in stages:  # every stage's preference and conversation files, before the first stage trains
+        records = preference_records(stage.name, stage.cfg, stage.task)
+        if records is None:
+            records = conversation_records(stage.name, stage.cfg, tokenizers)
+        note = plan_epochs(stage.name, stage.cfg, stage.task, records, stage.user_keys)
         if note:
             say0(note)
     _warn(stages)

@@ -6,11 +6,13 @@ import json
 from tests.bad_inputs.case import Case
 
 HUB_CACHE = (("models.hub.cache_dir", lambda: __import__("pathlib").Path("$HF_HUB_CACHE")),)  # as a user reads it
-from tests.bad_inputs.setups import (GOOD, HF, JSONL, adapter_of_a_hub_model, adapter_on_a_local_base, bigger_tokenizer,
+from tests.bad_inputs.setups import (GOOD, HF, JSONL, adapter_of_a_hub_model, adapter_on_a_local_base, bigger_tokenizer, chats,
                                    drop, edit_config, jsonl, model_folder, pairs, sharded_with_a_missing_shard, text,
                                    truncated_weights, write_over)
 
 C = Case
+CONV = ("algorithm=sft", "data=conversations", "data.path=DIR/c.jsonl")
+CONV_ERR = "error: stage sft: data.path=DIR/c.jsonl: "
 
 CASES: list[Case] = [
     # ---- data files
@@ -56,6 +58,31 @@ CASES: list[Case] = [
       "error: DIR/c.jsonl:1: 'tests' must be a non-empty list of {args, expected}",
       setup=jsonl("c.jsonl", raw=(json.dumps({"prompt": "def f(x):", "answer": "  return x", "entry_point": "f",
                                                "tests": []}) + "\n").encode())),
+    # ---- conversation files (data=conversations): read and rendered at plan time, before any model
+    C("conv-bad-json", "a chat line that is not JSON", CONV, CONV_ERR + "DIR/c.jsonl:3: not valid JSON (Expecting value)",
+      setup=chats("c.jsonl", ['{"messages": '])),
+    C("conv-no-messages", "a chat row without messages", CONV,
+      CONV_ERR + "DIR/c.jsonl:3: no 'messages' list of messages; row has ['prompt']",
+      setup=chats("c.jsonl", ['{"prompt": "1+1="}'])),
+    C("conv-no-content", "a chat message without content", CONV,
+      CONV_ERR + "DIR/c.jsonl:3: message 1 (assistant) has no 'content' string",
+      setup=chats("c.jsonl", ['{"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant"}]}'])),
+    C("conv-no-role", "a chat message without a role", CONV, CONV_ERR + "DIR/c.jsonl:3: message 0 has no 'role' string",
+      setup=chats("c.jsonl", ['{"messages": [{"content": "1+1?"}, {"role": "assistant", "content": "2"}]}'])),
+    C("conv-unknown-role", "a chat message with an unknown role", CONV,
+      CONV_ERR + "DIR/c.jsonl:3: message 0 has unknown role 'human' (one of system, user, assistant, tool)",
+      setup=chats("c.jsonl", ['{"messages": [{"role": "human", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}'])),
+    C("conv-no-assistant", "a conversation without an assistant turn", CONV,
+      CONV_ERR + "DIR/c.jsonl:3: no assistant message: nothing to train on",
+      setup=chats("c.jsonl", ['{"messages": [{"role": "user", "content": "1+1?"}]}'])),
+    C("conv-too-long", "a conversation longer than the model's context once rendered", CONV,
+      CONV_ERR + "DIR/c.jsonl:3: the conversation is 84 tokens after rendering, more than the model's context of "
+      "64 tokens (model.max_position_embeddings)",
+      setup=chats("c.jsonl", [json.dumps({"messages": [{"role": "user", "content": "1+" * 30 + "1?"},
+                                                       {"role": "assistant", "content": "31"}]})])),
+    C("conv-no-path", "data=conversations without data.path", ("algorithm=sft", "data=conversations"),
+      "error: stage sft: data.path=None: data=conversations needs data.path: a chat .jsonl/.parquet file or a "
+      "save_to_disk folder of {\"messages\": [...]} rows"),
     # ---- preference files: every stage's, read at plan time, before the first stage trains
     C("pref-second-stage-column", "a pair without `rejected` in the second stage's file",
       ("experiment=sft_then_dpo", "++data.path=DIR/p.jsonl"),

@@ -28,6 +28,18 @@ def pairs(name: str, lines: list[str] | None = None):
     return write
 
 
+CHATS = [json.dumps({"messages": [{"role": "user", "content": f"{i}+1?"}, {"role": "assistant", "content": str(i + 1)},
+                                  {"role": "user", "content": "+1?"}, {"role": "assistant", "content": str(i + 2)}]})
+         for i in range(30)]
+
+
+def chats(name: str, lines: list[str]):
+    """A setup writing DIR/<name>: 30 good two-turn conversations with `lines` inserted at line 3."""
+    def write(folder: Path) -> None:
+        (folder / name).write_text("".join(x + "\n" for x in CHATS[:2] + lines + CHATS[2:]))
+    return write
+
+
 def text(name: str, content: str, encoding: str):
     return jsonl(name, raw=content.encode(encoding))
 

@@ -1,0 +1,254 @@
+"""SFT on multi-turn chats (`data=conversations`): only the assistant turns carry loss.
+
+Rows (JSON lines, Parquet, a `datasets.save_to_disk` folder or a Hub dataset id: read as preference files
+are, data_modules/preference_files.py) hold a `messages` list (`data.messages_key`) of
+`{"role": ..., "content": ...}`; roles are system, user, assistant and tool. An assistant message may carry
+`tool_calls` (its content may then be empty or null); a tool message is a tool's result.
+
+Rendering: the tokenizer's chat template (`apply_chat_template`), or, for a tokenizer without one (model=tiny's
+character tokenizer), the plain template `PlainTemplate`:
+
+    <bos>system: {content}\\n user: {content}\\n assistant: {content}<eos> tool: {content}\\n ...
+
+(no spaces between turns; an assistant turn ends with eos, its end-of-turn token; tool calls follow the
+content as `tool_calls: <JSON>`.)
+
+One record per conversation. Token boundaries are exact: every prefix of the conversation is rendered
+(and, before each assistant turn, the prefix with the generation prompt), and each turn's tokens are the
+difference of consecutive renderings; a template whose renderings are not prefixes of each other (one that
+rewrites earlier turns, e.g. drops past reasoning) is refused naming the row. An assistant turn's header
+(`<|im_start|>assistant\\n`, the generation prompt) is not trained; its content and everything the template
+writes after it up to the next turn (`<|im_end|>\\n`) are. The record's prompt is everything before the
+first trained turn's content; its completion is the rest, up to the last trained turn, with `loss_mask` 1
+on trained tokens and 0 on the user/tool/system turns (and untrained assistant turns) between them.
+`last_turn_only: true` trains the last assistant turn alone. Messages after the last assistant turn train
+nothing and are dropped.
+
+Every bad row is a DataFileError naming the file and row (`file:line`, or `file row i` for tables); the run
+refuses them when it is planned, before a model is built (run/validation/conversation_data.py).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+from transformers import PreTrainedTokenizerBase
+
+from data_modules.base import ExperienceDataModule
+from data_modules.experience import ExperienceRecord, Provenance
+from data_modules.preference_files import read_rows
+from hardware.console import say0
+from tasks.base import Task
+from tasks.jsonl import DataFileError
+
+ROLES = ("system", "user", "assistant", "tool")
+OPTIONAL_KEYS = ("tool_calls", "name", "tool_call_id")  # kept when present (and not null)
+NO_LIMIT = 1_000_000  # tokenizers without a real limit report ~1e30
+
+Render = Callable[[list[dict], bool], list[int]]  # (messages, add_generation_prompt) → token ids
+
+
+# ---------------------------------------------------------------- rows (no tokenizer)
+def parse_conversation(loc: str, row: dict, key: str) -> list[dict]:
+    """The row's messages, checked and normalised ({role, content} + tool_calls/name/tool_call_id when
+    given); raises DataFileError naming `loc`."""
+    messages = row.get(key)
+    if messages is None:
+        raise DataFileError(f"{loc}: no {key!r} list of messages; row has {sorted(row)}")
+    if not isinstance(messages, list) or not messages:
+        raise DataFileError(f"{loc}: {key!r} must be a non-empty list of {{role, content}} messages, "
+                            f"got {_kind(messages)}")
+    parsed = [_message(loc, j, m) for j, m in enumerate(messages)]
+    if not any(m["role"] == "assistant" for m in parsed):
+        raise DataFileError(f"{loc}: no assistant message: nothing to train on")
+    return parsed
+
+
+def _message(loc: str, j: int, m) -> dict:
+    if not isinstance(m, dict):
+        raise DataFileError(f"{loc}: message {j} must be an object with 'role' and 'content', got {_kind(m)}")
+    role = m.get("role")
+    if not isinstance(role, str):
+        raise DataFileError(f"{loc}: message {j} has no 'role' string")
+    if role not in ROLES:
+        raise DataFileError(f"{loc}: message {j} has unknown role {role!r} (one of {', '.join(ROLES)})")
+    calls = m.get("tool_calls")
+    if calls is not None and (role != "assistant" or not isinstance(calls, list)):
+        raise DataFileError(f"{loc}: message {j}: 'tool_calls' must be a list, on an assistant message")
+    content = m.get("content")
+    if content is None and calls:
+        content = ""
+    if not isinstance(content, str):
+        raise DataFileError(f"{loc}: message {j} ({role}) has no 'content' string")
+    return {"role": role, "content": content} | {k: m[k] for k in OPTIONAL_KEYS if m.get(k) is not None}
+
+
+def _kind(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def read_conversations(path: str, split: str, key: str, messages_key: str) -> list[tuple[str, list[dict]]]:
+    """[(location, messages)] of every row of `path` (the value of config key `key`)."""
+    rows = read_rows(path, split, key, error=DataFileError)
+    if not rows:
+        raise DataFileError(f"{path}: no conversations")
+    return [(loc, parse_conversation(loc, row, messages_key)) for loc, row in rows]
+
+
+def conversation_split(path: str, heldout_path: str | None, num_heldout: int, split: str, messages_key: str,
+                       max_examples: int | None) -> tuple[list, list]:
+    """(train, held-out) conversations: held-out from `heldout_path`, else the last `num_heldout` rows of
+    `path`; train cut to its first `max_examples` (null: all)."""
+    if not path:
+        raise DataFileError("data=conversations needs data.path: a chat .jsonl/.parquet file or a "
+                            "save_to_disk folder of {\"messages\": [...]} rows")
+    train = read_conversations(path, split, "data.path", messages_key)
+    if heldout_path:
+        heldout = read_conversations(heldout_path, split, "data.heldout_path", messages_key)
+    elif num_heldout:
+        if num_heldout >= len(train):
+            raise DataFileError(f"{path}: data.num_heldout={num_heldout} but only {len(train)} conversations")
+        train, heldout = train[: len(train) - num_heldout], train[len(train) - num_heldout:]
+    else:
+        heldout = []
+    return train[:max_examples] if max_examples else train, heldout
+
+
+# ---------------------------------------------------------------- rendering
+class PlainTemplate:
+    """The template of a tokenizer without a chat template (see the module docstring), built from ids so
+    every rendering is a prefix of the next."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        self.tokenizer = tokenizer
+        self.start = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def turn(self, m: dict) -> list[int]:
+        text = m["content"]
+        if m.get("tool_calls"):
+            text += (" " if text else "") + "tool_calls: " + json.dumps(m["tool_calls"], ensure_ascii=False)
+        if m["role"] == "assistant":
+            return self._ids(f"assistant: {text}") + [self.tokenizer.eos_token_id]
+        return self._ids(f"{m['role']}: {text}\n")
+
+    def __call__(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+        ids = self.start + [t for m in messages for t in self.turn(m)]
+        return ids + self._ids("assistant: ") if add_generation_prompt else ids
+
+
+def renderer(tokenizer: PreTrainedTokenizerBase) -> Render:
+    """The tokenizer's chat template as a Render, or PlainTemplate when it has none."""
+    if not getattr(tokenizer, "chat_template", None):
+        return PlainTemplate(tokenizer)
+
+    def render(messages: list[dict], add_generation_prompt: bool) -> list[int]:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return render
+
+
+@dataclass
+class Segment:
+    """One message's tokens: `head` (a whole non-assistant turn, or an assistant turn's header) and, for an
+    assistant turn, `body` (its content and end-of-turn tokens)."""
+    role: str
+    head: list[int]
+    body: list[int]
+
+
+def segments(render: Render, messages: list[dict], loc: str) -> list[Segment]:
+    """Each message's tokens as the difference of consecutive renderings of the conversation's prefixes;
+    raises DataFileError naming `loc` when a rendering does not extend the one before it."""
+    out, prev = [], []
+    for i, m in enumerate(messages):
+        head = _rendered(render, messages[:i], True, loc, i) if m["role"] == "assistant" else None
+        full = _rendered(render, messages[: i + 1], False, loc, i)
+        cut = head if head is not None else full
+        _extends(prev, cut, loc, i, "" if head is None else " + the generation prompt", "")
+        if head is not None:
+            _extends(head, full, loc, i, "", " + the generation prompt")
+            out.append(Segment("assistant", head[len(prev):], full[len(head):]))
+        else:
+            out.append(Segment(m["role"], full[len(prev):], []))
+        prev = full
+    return out
+
+
+def _rendered(render: Render, messages: list[dict], add_generation_prompt: bool, loc: str, i: int) -> list[int]:
+    try:
+        return render(messages, add_generation_prompt)
+    except Exception as e:  # noqa: BLE001 - a template raises what its author chose (jinja's TemplateError, ...)
+        raise DataFileError(f"{loc}: the chat template cannot render messages 0-{i} ({type(e).__name__}: {e})") from None
+
+
+def _extends(before: list[int], after: list[int], loc: str, i: int, after_what: str, before_what: str) -> None:
+    """`after` (messages 0..i rendered, + `after_what`) must start with `before` (messages 0..i-1)."""
+    if after[: len(before)] != before:
+        raise DataFileError(f"{loc}: the chat template's rendering of messages 0-{i}{after_what} does not start "
+                            f"with its rendering of messages 0-{i - 1}{before_what} (it rewrites earlier turns), "
+                            f"so turn boundaries are not exact; cannot mask by turn")
+
+
+# ---------------------------------------------------------------- records
+def conversation_record(loc: str, messages: list[dict], render: Render, last_turn_only: bool, index: int,
+                        source: str, max_length: int | None = None, limit_source: str = "data.max_length",
+                        decode: Callable[[list[int]], str] | None = None) -> ExperienceRecord:
+    """One record: prompt = every token before the first trained assistant content; completion = the rest
+    up to the last trained turn, with loss_mask 1 on trained assistant tokens. Raises DataFileError naming
+    `loc` (template problems, a conversation longer than `max_length` tokens)."""
+    segs = segments(render, messages, loc)
+    trained = [i for i, s in enumerate(segs) if s.role == "assistant"]
+    trained = trained[-1:] if last_turn_only else trained
+    first, last = trained[0], trained[-1]
+    prompt = [t for s in segs[:first] for t in s.head + s.body] + segs[first].head
+    completion, mask = list(segs[first].body), [1] * len(segs[first].body)
+    for i in range(first + 1, last + 1):
+        s, on = segs[i], int(i in trained)
+        completion += s.head + s.body
+        mask += [0] * len(s.head) + [on] * len(s.body)
+    if not any(mask):
+        raise DataFileError(f"{loc}: the assistant turns render to no tokens: nothing to train on")
+    n = len(prompt) + len(completion)
+    if max_length and n > max_length:
+        raise DataFileError(f"{loc}: the conversation is {n:,} tokens after rendering, more than the model's "
+                            f"context of {max_length:,} tokens ({limit_source})")
+    show = decode or (lambda ids: "")
+    return ExperienceRecord(prompt_ids=prompt, completion_ids=completion, loss_mask=mask,
+                            provenance=Provenance(source=source, created_step=0, origin=loc), group_id=index,
+                            prompt_text=show(prompt), completion_text=show(completion))
+
+
+def context_limit(tokenizer: PreTrainedTokenizerBase, max_length: int | None) -> int | None:
+    """The tokens a conversation may take: data.max_length, capped by the tokenizer's own limit."""
+    limit = min(max_length or NO_LIMIT, tokenizer.model_max_length or NO_LIMIT)
+    return None if limit >= NO_LIMIT else limit
+
+
+class ConversationsDataModule(ExperienceDataModule):
+    """Offline SFT data from chat files; `heldout_records` feed callbacks/heldout_loss.py."""
+
+    trains_on_task = False  # the task's prompts are not what it trains: callbacks/evaluate.py skips them
+
+    def __init__(self, task: Task, tokenizer: PreTrainedTokenizerBase, batch_size: int, micro_batch_size: int,
+                 seed: int, path: str | None, heldout_path: str | None, num_heldout: int, split: str,
+                 messages_key: str, last_turn_only: bool, max_examples: int | None, max_length: int | None,
+                 source: str):
+        super().__init__(task, tokenizer, batch_size, micro_batch_size, seed)
+        train, heldout = conversation_split(path, heldout_path, num_heldout, split, messages_key, max_examples)
+        render, limit = renderer(tokenizer), context_limit(tokenizer, max_length)
+        decode = lambda ids: tokenizer.decode(ids)  # noqa: E731
+
+        def record(i: int, loc: str, messages: list[dict]) -> ExperienceRecord:
+            return conversation_record(loc, messages, render, last_turn_only, i, source, limit, decode=decode)
+        self.records = [record(i, loc, m) for i, (loc, m) in enumerate(train)]
+        self.heldout_records = [record(i, loc, m) for i, (loc, m) in enumerate(heldout)]  # never trained on
+        trained = sum(sum(r.loss_mask) for r in self.records)
+        say0(f"[data] {path}: {len(self.records)} training conversations ({trained:,} assistant tokens "
+              f"trained{', last turns only' if last_turn_only else ''}), {len(self.heldout_records)} held out")
+
+    def epoch_records(self) -> list[ExperienceRecord]:
+        return self.records
