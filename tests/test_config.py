@@ -90,8 +90,8 @@ def test_algorithm_and_data_nodes_build_with_live_objects(hydra_conf, jsonl_file
     grpo_cfg = hydra_conf(["algorithm=grpo"] + TINY)
     task = instantiate(grpo_cfg.task)
     for data in sorted(f.stem for f in (CONF / "data").glob("*.yaml")):
-        if data == "checkpoint_preferences":  # samples a saved policy: built in tests/data_modules/test_preferences.py
-            continue
+        if data in ("checkpoint_preferences", "conversations"):  # a saved policy, a chat file: built in
+            continue  # tests/data_modules/test_preferences.py and tests/data_modules/test_conversations.py
         cfg = hydra_conf([f"data={data}", "algorithm=grpo"] + TINY)
         dm = build(cfg.data, task=task, tokenizer=tok)
         assert isinstance(dm, data_modules.base.ExperienceDataModule)

@@ -15,7 +15,7 @@ CASES: list[Case] = [
       "error: trainer.max_step=5: no `trainer.max_step` in the config; did you mean `trainer.max_steps`?",
       when="command line"),
     C("other-stage-key", "a key only another stage's group has, without ++", ("data.max_examples=5",),
-      "error: data.max_examples=5: data=fresh_rollouts has no `max_examples`, data=demonstrations has: for the "
+      "error: data.max_examples=5: data=fresh_rollouts has no `max_examples`, data=conversations, demonstrations has: for the "
       "stages whose data has it, write ++data.max_examples=5", when="command line"),
     C("plus-existing", "'+' on a key that exists", ("+algorithm.beta=0.1",),
       "error: +algorithm.beta=0.1: `algorithm.beta` already exists; '+' only adds a new key: write algorithm.beta=0.1 "

@@ -64,7 +64,7 @@ def test_sft_runs_its_epochs_and_the_cosine_reaches_zero_at_the_last_step(tmp_pa
     _, _, metrics = run_stage(stage)
     lrs = LrProbe.seen
     assert metrics["train/steps"] == 12 and lrs[-1] == ("epochs", 3, "steps", 12)
-    assert lrs[6] == pytest.approx(0.5 * 3e-3) and lrs[11] == pytest.approx(0.0, abs=1e-12)
+    assert lrs[6] == pytest.approx(0.5 * 1e-3) and lrs[11] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_dpo_epochs_over_a_file_with_held_out_rows(tmp_path):

@@ -59,7 +59,7 @@ def test_the_command_line_wins_over_the_recipe(hydra_conf):
                       "generator.max_new_tokens=32"])
     assert cfg.algorithm.optimizer.lr == 1e-4 and cfg.generator.max_new_tokens == 32
     cfg = hydra_conf(["algorithm=sft", "model=hf", "model.name_or_path=/m", "recipe=tiny"])
-    assert cfg.algorithm.optimizer.lr == 3e-3 and cfg.trainer.max_epochs == -1
+    assert cfg.algorithm.optimizer.lr == 1e-3 and cfg.trainer.max_epochs == -1
 
 
 def test_the_quickstart_under_model_hf_plans_a_pretrained_run(hydra_conf, hf_folder):
