@@ -27,6 +27,8 @@ from hardware.sharding import full_weights
 from losses.kl import k3
 from rewards.base import RewardSource, ScoreReport, safe_score
 
+SHORT_EVERY = 50  # dynamic sampling's "short round" console line: the first, then at most one every N rounds
+
 
 class DroppedRoundsError(RuntimeError):
     """`max_dropped_rounds` rounds in a row had every sample dropped. Every rank raises it at the same
@@ -49,6 +51,7 @@ class RegenerateExperience(L.Callback):
         self.replay_fracs: list[float] = []  # share of each round's groups that were replayed
         self.source_means: dict[str, list[float]] = {}  # per reward source (and gold), one mean a round
         self.abstained = self.timeouts = 0
+        self.short_rounds = 0  # dynamic sampling: rounds that hit algorithm.max_gen_batches short of signal
         self.first_error: str | None = None
         self.round_extra: dict[str, float] = {}  # the latest round's dynamic-sampling metrics
         self.dynamic_totals: dict[str, float] = {}  # their sums over the stage (summary.json)
@@ -131,13 +134,19 @@ class RegenerateExperience(L.Callback):
         return (records, *merged(batches)), metrics
 
     def _say_short(self, trainer, planned: int) -> None:
-        """One console line when dynamic sampling hit its cap with fewer groups with signal than planned."""
+        """A console line when dynamic sampling hit its cap with fewer groups with signal than planned: the
+        first such round, then at most one every SHORT_EVERY rounds (rollout/dynamic_* log every round)."""
         m = self.round_extra
-        if m["rollout/dynamic_kept_groups"] < planned or m["rollout/dynamic_no_signal"]:
-            say(trainer, f"[rollout] round {self.rounds + 1}: {m['rollout/gen_batches']:.0f} generation batches "
-                         f"(algorithm.max_gen_batches), {m['rollout/dynamic_dropped_groups']:.0f} groups tied; "
-                         f"training on {m['rollout/dynamic_kept_groups']:.0f} of {planned} groups"
-                         + (" (none with signal: served as they are)" if m["rollout/dynamic_no_signal"] else ""))
+        if not (m["rollout/dynamic_kept_groups"] < planned or m["rollout/dynamic_no_signal"]):
+            return
+        self.short_rounds += 1
+        if self.short_rounds > 1 and (self.rounds + 1) % SHORT_EVERY and not m["rollout/dynamic_no_signal"]:
+            return
+        say(trainer, f"[rollout] round {self.rounds + 1}: {m['rollout/gen_batches']:.0f} generation batches "
+                     f"(algorithm.max_gen_batches), {m['rollout/dynamic_dropped_groups']:.0f} groups tied; "
+                     f"training on {m['rollout/dynamic_kept_groups']:.0f} of {planned} groups"
+                     + (" (none with signal: served as they are)" if m["rollout/dynamic_no_signal"] else "")
+                     + f"; {self.short_rounds} such rounds so far (this line: at most every {SHORT_EVERY} rounds)")
 
     def _local_round(self, pl_module, dm, prompts):
         """Generate, score and annotate this rank's samples: (annotated records, rewards of the samples

@@ -121,3 +121,25 @@ def test_bad_dapo_keys_are_refused_at_plan_time(hydra_conf):
         with pytest.raises(ConfigError) as err:
             plan_stages(hydra_conf(args), args)
         assert message in str(err.value)
+
+
+def test_short_rounds_print_the_first_then_one_line_every_short_every_rounds(monkeypatch):
+    """The default run hits max_gen_batches most rounds: 120 short rounds give lines at rounds 1, 50, 100
+    (not 120 lines); a round with no signal at all is always said."""
+    import callbacks.regenerate as regenerate
+    lines = []
+    monkeypatch.setattr(regenerate, "say", lambda trainer, text: lines.append(text))
+    cb = regenerate.RegenerateExperience(generator=None, reward=None)
+    short = {"rollout/dynamic_kept_groups": 50, "rollout/dynamic_no_signal": 0, "rollout/gen_batches": 3,
+             "rollout/dynamic_dropped_groups": 140}
+    for r in range(120):
+        cb.rounds, cb.round_extra = r, dict(short)
+        cb._say_short(None, 64)
+    assert [t.split(":")[0] for t in lines] == ["[rollout] round 1", "[rollout] round 50", "[rollout] round 100"]
+    assert "120" not in lines[-1] and "100 such rounds so far" in lines[-1]
+    cb.rounds, cb.round_extra = 120, dict(short, **{"rollout/dynamic_no_signal": 1})
+    cb._say_short(None, 64)
+    assert len(lines) == 4 and "none with signal" in lines[-1]
+    cb.rounds, cb.round_extra = 121, dict(short, **{"rollout/dynamic_kept_groups": 64})
+    cb._say_short(None, 64)
+    assert len(lines) == 4  # a full round says nothing
