@@ -18,7 +18,8 @@ it too: an unquoted 5:50 is YAML's base-60 number 350). With ranks, each decodes
 examples and all get the whole set's numbers; only rank 0 logs and prints. The before number
 and the curve are checkpointed: a resumed stage reports the accuracy it started from, not the one at
 the resume point. The curve's `generated_tokens` are the tokens generated for the rounds that the
-optimizer steps so far trained on: 0 at step 0 (round 1, made at fit start, is not trained on yet).
+optimizer steps so far trained on: 0 at step 0 (round 1, made at fit start, is not trained on yet);
+its `seconds` the stage's wall seconds so far, its evaluations left out.
 Each evaluation's seconds add up in `seconds` (the cost ledger keeps evaluation out of cost/train_seconds).
 """
 from __future__ import annotations
@@ -133,8 +134,9 @@ class HeldOutEvaluation(L.Callback):
         self.before: dict | None = None
         self.after: dict | None = None
         self.history: list[tuple[int, float]] = []
-        self.curve: list[dict] = []  # {step, generated_tokens, accuracy}: accuracy against rollout cost
+        self.curve: list[dict] = []  # {step, generated_tokens, seconds, accuracy}: accuracy against rollout cost
         self.seconds = 0.0  # spent evaluating in this process (CostLedger leaves it out of cost/train_seconds)
+        self._clock: tuple[float, float] = (time.perf_counter(), 0.0)  # (fit start, stage seconds before it)
 
     def due(self, step: int) -> bool:
         """Whether the stage evaluates after optimizer step `step` (> 0)."""
@@ -142,8 +144,14 @@ class HeldOutEvaluation(L.Callback):
             return self.schedule.due(step)
         return bool(self.every_n_steps) and step % self.every_n_steps == 0
 
+    def stage_seconds(self) -> float:
+        """Wall seconds of the stage so far without its evaluations (a resumed stage continues from its
+        checkpoint's last curve point)."""
+        started, before = self._clock
+        return before + time.perf_counter() - started - self.seconds
+
     def _run(self, trainer, pl_module) -> dict:
-        start = time.perf_counter()
+        start, seconds = time.perf_counter(), self.stage_seconds()
         with full_weights(pl_module):  # FSDP: gathered once (ranks decode uneven shares)
             result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
                               self.verifier, self.num_examples)
@@ -153,7 +161,7 @@ class HeldOutEvaluation(L.Callback):
         self.history.append((trainer.global_step, result["val/accuracy"]))
         tokens = generated_tokens(trainer) if trainer.global_step > 0 else 0  # round 1 is not trained on yet
         self.curve.append({"step": trainer.global_step, "generated_tokens": tokens,
-                           "accuracy": result["val/accuracy"]})
+                           "seconds": round(seconds, 2), "accuracy": result["val/accuracy"]})
         log_now(trainer, result)
         say(trainer, f"[eval] step {trainer.global_step}: held-out greedy accuracy "
                      f"{result['val/accuracy']:.3f} on {len(self.task.heldout[:self.num_examples])}")
@@ -161,6 +169,7 @@ class HeldOutEvaluation(L.Callback):
         return result
 
     def on_fit_start(self, trainer, pl_module):
+        self._clock = (time.perf_counter(), self.curve[-1].get("seconds", 0.0) if self.curve else 0.0)
         datamodule = getattr(trainer, "datamodule", None)
         if not self.on_other_data and not getattr(datamodule, "trains_on_task", True):
             self.active = False

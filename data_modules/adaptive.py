@@ -22,6 +22,8 @@ experience"), and a console line when the reason changes.
 """
 from __future__ import annotations
 
+import time
+
 from data_modules.adaptive_policy import REASONS, REUSE_REASONS, AdaptivePolicy, ReplayMeasure, SourceMeasure
 from data_modules.experience import ExperienceRecord
 from data_modules.replay_mix import ReplayMixDataModule
@@ -47,10 +49,21 @@ class AdaptiveDataModule(ReplayMixDataModule):
         self.fresh_fracs: list[float] = []
         self._prompt_index: dict[str, int] | None = None
         self.said: str | None = None  # the reason the console last showed
+        self.decision_seconds = 0.0   # the controller's own bookkeeping: planning rounds, taking in evidence
+        self.decision_ms = 0.0        # the last round's planning
 
     # ---- planning a round ----------------------------------------------------------------------------
     def next_prompts(self, n: int | None = None):
-        """Plan the round: measure the last one, retire replay past the limit, set the mix, pick prompts."""
+        """Plan the round (timed: `mix/decision_ms` per round, `mix/decision_seconds` in summary.json)."""
+        start = time.perf_counter()
+        prompts = self._plan()
+        took = time.perf_counter() - start
+        self.decision_seconds += took
+        self.decision_ms = 1000 * took  # kept out of `decision`: a timing, not a decision (ranks differ)
+        return prompts
+
+    def _plan(self):
+        """Measure the last round, retire replay past the limit, set the mix, pick the fresh prompts."""
         if self.harvest and not self.harvested:
             self._harvest()
             self._observe([r for g in self.buffer.groups.values() for r in g if r.provenance.policy_version is None])
@@ -183,7 +196,9 @@ class AdaptiveDataModule(ReplayMixDataModule):
         """Take the round, then add its groups' rewards to their prompts' evidence."""
         round_ = self.rounds_put
         super().put(records)
+        start = time.perf_counter()
         groups = self._observe(records, round_)
+        self.decision_seconds += time.perf_counter() - start
         zero = [max(rs) - min(rs) < 1e-6 for rs in groups.values()]
         self.decision["mix/zero_var_realised"] = sum(zero) / len(zero) if zero else 0.0
 
@@ -209,13 +224,14 @@ class AdaptiveDataModule(ReplayMixDataModule):
 
     # ---- logging and checkpoint ----------------------------------------------------------------------
     def round_stats(self) -> dict[str, float]:
-        return super().round_stats() | self.decision
+        return super().round_stats() | self.decision | {"mix/decision_ms": self.decision_ms}
 
     def summary(self) -> dict:
         """summary.json: the last round's decision, rounds per reason, mean fresh share."""
         if not self.fresh_fracs:
             return {}
         return {**self.decision, "mix/reason": self.reason, "mix/fresh_frac_mean": sum(self.fresh_fracs) / len(self.fresh_fracs),
+                "mix/decision_seconds": self.decision_seconds,
                 **{f"mix/reasons/{k}": v for k, v in self.reasons.items()}}
 
     def state_dict(self) -> dict:

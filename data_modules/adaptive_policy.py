@@ -19,6 +19,9 @@ experience", states the rules with their equations. In short, each round:
               smoothed ū_s ← (1 − ema)·ū_s + ema·u_s; fresh share f = clamp(ū_f / Σ ū, min_fresh_frac,
               max_fresh_frac), the rest split over replay and harvest ∝ ū.
 
+Each lever can be switched off for an ablation: `select_prompts: false` takes prompts in the stream's order,
+`adaptive_reuse: false` keeps max_staleness as the only limit, min_fresh_frac = max_fresh_frac fixes the mix.
+
 Every draw comes from one seeded random.Random, so decisions are a function of (seed, inputs): the same on
 every rank given the same statistics, and restored exactly from `state_dict`.
 """
@@ -107,7 +110,8 @@ def beta_cdf(x: float, a: float, b: float) -> float:
 class AdaptivePolicy:
     def __init__(self, pass_threshold: float | None, decay: float, skip_margin: float, skip_confidence: float,
                  min_ess_frac: float, max_kl: float, min_fresh_frac: float, max_fresh_frac: float, ema: float,
-                 usd_per_mtok_generated: float, usd_per_mtok_trained: float, seed: int):
+                 usd_per_mtok_generated: float, usd_per_mtok_trained: float, seed: int,
+                 select_prompts: bool = True, adaptive_reuse: bool = True):
         _check(decay=(decay, 0.0, 1.0, False), skip_margin=(skip_margin, 0.0, 0.5, False),
                skip_confidence=(skip_confidence, 0.0, 1.0, False), min_ess_frac=(min_ess_frac, 0.0, 1.0, True),
                min_fresh_frac=(min_fresh_frac, 0.0, 1.0, True), max_fresh_frac=(max_fresh_frac, 0.0, 1.0, False),
@@ -121,6 +125,7 @@ class AdaptivePolicy:
         self.min_fresh_frac, self.max_fresh_frac, self.ema = min_fresh_frac, max_fresh_frac, ema
         self.price_generated, self.price_trained = usd_per_mtok_generated / 1e6, usd_per_mtok_trained / 1e6
         self.rng = random.Random(seed)
+        self.select_prompts, self.adaptive_reuse = select_prompts, adaptive_reuse  # the levers (ablations: off)
         # per prompt key: [passes, fails, weight n, Σ w·r, Σ w·r², round last updated] (decayed lazily)
         self.evidence: dict[int, list[float]] = {}
         self.values: dict[str, float] = {}  # ū_s: smoothed value per cost of each source measured so far
@@ -205,8 +210,12 @@ class AdaptivePolicy:
     def choose_prompts(self, seen: list[int], unseen: int, budget: int, group_size: int, round_: int) -> PromptChoice:
         """Spend `budget` fresh groups: rank the seen prompts that are not confidently solved/hopeless and up
         to `budget` unseen ones (the stream has `unseen` left) by a Thompson draw of their signal; if too few
-        remain, the skipped ones fill in, most promising first."""
+        remain, the skipped ones fill in, most promising first. With `select_prompts` off: the next `budget`
+        prompts of the stream, as fresh_rollouts takes them (the selection lever's ablation)."""
         group_size = max(group_size, 2)  # PPO's groups of one: rank by the chance two samples differ, 2p(1 − p)
+        if not self.select_prompts:
+            zero = 1.0 - self.signal(None, group_size, round_, self.pooled(round_))
+            return PromptChoice(seen=[], unseen=budget, skipped=0, expected_zero_var=zero)
         kept, skipped = [], []
         for key in seen:
             (skipped if self.confident(key, round_) else kept).append(key)
@@ -225,7 +234,11 @@ class AdaptivePolicy:
 
     # ---- reuse ---------------------------------------------------------------------------------------
     def update_reuse(self, measure: ReplayMeasure | None, cap: int | None) -> int | None:
-        """The staleness limit of replay after the last round (None: no limit); see the module docstring."""
+        """The staleness limit of replay after the last round (None: no limit); see the module docstring.
+        With `adaptive_reuse` off: the cap (max_staleness) alone, as replay_mix has it (the reuse lever's ablation)."""
+        if not self.adaptive_reuse:
+            self.limit, self.reuse_reason = cap, "cap"
+            return cap
         if measure is None:  # nothing measured: probe one version further, up to the cap
             self.limit = cap if self.limit is None else _min(self.limit + 1, cap)
             self.reuse_reason = "cap" if self.limit == cap else "probe"

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.figures import training, bench  # noqa: F401,I001  (they register their figures, in this order)
+from scripts.figures import training, bench, economics  # noqa: F401,I001  (they register their figures, in this order)
 from scripts.figures.provenance import ROOT, Provenance, header
 from scripts.figures.readme import NOTES, README, RESULTS, blocks, block_body, splice, splice_file
 from scripts.figures.registry import FIGURES, Figure

@@ -140,3 +140,21 @@ def test_preferences_table_from_job_dirs(tmp_path):
     assert lines[0] == "| algorithm | held-out task accuracy (0.700 before) | held-out preference accuracy (0.500 before) |"
     assert lines[2] == "| dpo | 0.710 ± 0.014 (0.700, 0.720) | 0.770 ± 0.014 (0.780, 0.760) |"
     assert lines[3] == "| reward_model | – | 0.530 ± 0.000 (0.530); 0.510 before |"
+
+
+def test_economics_table_from_job_dirs(tmp_path):
+    """Tokens to reach on-policy's final accuracy and accuracy at a third of its tokens, per seed, by hand:
+    on-policy ends at 0.8 after 300 tokens; adaptive reaches 0.8 at 50 tokens (50 / 300 = 0.17) and, within
+    100 tokens (⅓ of 300), its last evaluation reads 0.85; its bookkeeping 0.5 s of 20 s is 2.50%."""
+    def point(t, a):
+        return {"step": t, "generated_tokens": t, "seconds": t / 10, "accuracy": a}
+    onpolicy = {"val/accuracy_after": 0.8, "cost/generated_tokens": 300, "wall_seconds": 30.0, "train/steps": 3,
+                "val/curve": [point(0, 0.5), point(100, 0.6), point(200, 0.7), point(300, 0.8)]}
+    adaptive = {"val/accuracy_after": 0.85, "cost/generated_tokens": 150, "wall_seconds": 20.0, "train/steps": 3,
+                "mix/decision_seconds": 0.5, "val/curve": [point(0, 0.5), point(50, 0.8), point(100, 0.85), point(150, 0.85)]}
+    fake_job(tmp_path / "sft" / "seed1", ["seed=1"], {"sft": {"val/accuracy_after": 0.5}})
+    fake_job(tmp_path / "on_policy" / "seed1", ["seed=1"], {"grpo": onpolicy})
+    fake_job(tmp_path / "adaptive" / "seed1", ["seed=1"], {"grpo": adaptive})
+    rows = FIGURES["economics"].render(tmp_path, True).table.splitlines()[2:]
+    assert rows == ["| on-policy | 300 | 0.800 (0.800) | 1.00 | 0.600 | 30–30 | – |",
+                    "| adaptive | 150 | 0.850 (0.850) | 0.17 | 0.850 | 20–20 | 2.50% |"]

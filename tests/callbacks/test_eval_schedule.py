@@ -95,5 +95,8 @@ def test_scheduled_evaluations_zero_tokens_at_step_0_and_train_seconds_without_e
     assert tokens[0] == 0 and regenerate.totals["generated_tokens"] > 0
     assert 0 < tokens[1] <= tokens[-1] == regenerate.totals["generated_tokens"]
     assert evaluation.seconds >= 5 * EVAL_SECONDS
+    seconds = [p["seconds"] for p in evaluation.curve]  # the stage's wall seconds, its evaluations left out
+    assert seconds == sorted(seconds) and seconds[0] >= 0
+    assert seconds[-1] < wall - 4 * EVAL_SECONDS, (seconds, wall)  # the 4 evaluations before the last are out
     train_seconds = ledger.summary()["cost/train_seconds"]
     assert 0 < train_seconds < min(EVAL_SECONDS, wall - evaluation.seconds), (train_seconds, wall)

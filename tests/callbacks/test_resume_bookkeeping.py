@@ -48,6 +48,8 @@ def test_a_resumed_stage_keeps_its_start_accuracy_and_prints_it(monkeypatch, cap
     summary = resumed.summary()
     assert summary["val/accuracy_before"] == 0.25 and summary["val/accuracy_after"] == 0.75
     assert [p["step"] for p in summary["val/curve"]] == [0, 5, 10]
+    seconds = [p["seconds"] for p in summary["val/curve"]]
+    assert seconds == sorted(seconds)  # the resumed stage's clock continues from its checkpoint's last point
 
 
 def test_the_wandb_logger_continues_the_run_id_kept_in_run_json(hydra_conf, tmp_path):

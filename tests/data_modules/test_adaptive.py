@@ -147,8 +147,9 @@ def test_train_py_end_to_end_logs_the_mix_to_summary_and_csv(tmp_path):
                 "mix/samples_per_prompt", "mix/reuse_limit", "mix/reason", "mix/fresh_frac_mean"):
         assert key in summary, key
     assert sum(v for k, v in summary.items() if k.startswith("mix/reasons/")) == summary["rollout/rounds"] == 6
+    assert summary["mix/decision_seconds"] > 0  # the controller's own bookkeeping, timed
     rows = [r for r in csv.DictReader((out / "csv" / "grpo" / "metrics.csv").open()) if r.get("mix/fresh_frac")]
-    assert len(rows) == 6
+    assert len(rows) == 6 and all(float(r["mix/decision_ms"]) > 0 for r in rows)
     assert all(float(r["mix/fresh_frac"]) + float(r["mix/replay_frac"]) + float(r["mix/harvest_frac"]) == 1.0
                for r in rows)
 

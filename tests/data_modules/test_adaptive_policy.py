@@ -107,6 +107,19 @@ def test_reuse_limit_from_measured_ess_and_kl():
     assert p.reuse_reason == "kl"
 
 
+def test_each_lever_switched_off_for_an_ablation():
+    """select_prompts=false: the stream's next prompts, a solved one not skipped; adaptive_reuse=false: the
+    cap alone, even where the measured ESS would cut reuse to 1 version."""
+    p = policy(select_prompts=False)
+    seen(p, 0, 40, 0)  # solved: the selection lever would skip it
+    choice = p.choose_prompts([0], unseen=10, budget=3, group_size=G, round_=0)
+    assert (choice.seen, choice.unseen, choice.skipped) == ([], 3, 0)
+    assert choice.expected_zero_var == pytest.approx(1 - expected_signal(*p.pooled(0)[:2], G))
+    q = policy(adaptive_reuse=False)
+    assert q.update_reuse(ReplayMeasure(ess_frac=0.4, kl=0.001, staleness=2), cap=8) == 8  # on: 1 (above)
+    assert q.reuse_reason == "cap" and q.update_reuse(None, cap=None) is None
+
+
 def test_with_no_replay_measured_the_limit_probes_back_up_to_the_cap():
     p = policy()
     p.update_reuse(ReplayMeasure(ess_frac=0.05, kl=0.0, staleness=1), cap=3)
