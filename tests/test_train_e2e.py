@@ -161,3 +161,23 @@ def test_sft_on_conversations_end_to_end(tmp_path):
     assert "56 training conversations" in done.stdout
     sft = json.loads((out / "summary.json").read_text())["sft"]
     assert sft["val/loss_after"] < sft["val/loss_before"] - 1.0, sft
+
+
+def test_spin_end_to_end(tmp_path):
+    """algorithm=spin alone through train.py (its default data, filtered_rollouts): 4 rounds of 4 prompts, one
+    sample each, one step a round; the per-round margins, the identical share and the refreshes are logged."""
+    out = tmp_path / "run"
+    done = train("algorithm=spin", *SMALL, "data.batch_size=4", "algorithm.epochs_per_round=1", "data.max_examples=50",
+                 "logger=csv", f"hydra.run.dir={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    spin = json.loads((out / "summary.json").read_text())["spin"]
+    assert spin["train/steps"] == 4 and spin["rollout/rounds"] == 4 and spin["train/ref_updates"] == 3
+    for key in ("train/round_reward_chosen", "train/round_reward_rejected", "train/round_reward_margin",
+                "val/accuracy_after"):
+        assert key in spin, key
+    rows = list(csv.DictReader((out / "csv" / "spin" / "metrics.csv").open()))
+    margins = [r["train/round_reward_margin"] for r in rows if r.get("train/round_reward_margin")]
+    assert len(margins) == 4  # one a round
+    assert [r["rollout/identical_frac"] for r in rows if r.get("rollout/identical_frac")]
+    assert [r["rollout/ref_updates"] for r in rows if r.get("rollout/ref_updates")][:4] == ["0.0", "1.0", "2.0", "3.0"]
+    assert "[spin] round 1: margin" in done.stdout and "trainers.spin.SPINModule" in (out / "config.yaml").read_text()
