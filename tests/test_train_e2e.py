@@ -173,7 +173,7 @@ def test_spin_end_to_end(tmp_path):
     spin = json.loads((out / "summary.json").read_text())["spin"]
     assert spin["train/steps"] == 4 and spin["rollout/rounds"] == 4 and spin["train/ref_updates"] == 3
     for key in ("train/round_reward_chosen", "train/round_reward_rejected", "train/round_reward_margin",
-                "val/accuracy_after"):
+                "train/round_end_reward_margin", "train/round_end_reward_acc", "val/accuracy_after"):
         assert key in spin, key
     rows = list(csv.DictReader((out / "csv" / "spin" / "metrics.csv").open()))
     margins = [r["train/round_reward_margin"] for r in rows if r.get("train/round_reward_margin")]

@@ -22,8 +22,10 @@ and no policy version (`PreferenceRecord.chosen_provenance`).
 
 Per round (logged as the round ends, and printed): `train/round_reward_chosen`, `train/round_reward_rejected`,
 `train/round_reward_margin`, the means over the round's optimizer steps of DPO's implicit rewards
-β·log π/π_ref (each step's `train/reward_*` are logged as for DPO); `rollout/pairs`,
-`rollout/identical_frac` and `rollout/ref_updates` as each round is made.
+β·log π/π_ref (each step's `train/reward_*` are logged as for DPO), and `train/round_end_reward_margin`,
+`train/round_end_reward_acc`, the margin and the share ranked right on the round's pairs after its last step
+(with K = 1 a round starts at π = π_ref, so its step means start at 0: these show what the round learned);
+`rollout/pairs`, `rollout/identical`, `rollout/identical_frac` and `rollout/ref_updates` as each round is made.
 """
 from __future__ import annotations
 
@@ -79,6 +81,7 @@ class SPINModule(OnlineDPOModule):
         self.round_sums: dict[str, float] = {}
         self.round_steps = 0
         self.serving: dict[str, float] = {}  # the stats of the round being trained on
+        self.serving_pairs: list[PreferenceRecord] = []  # and its pairs
 
     def annotate(self, records: list[ExperienceRecord]) -> list[PreferenceRecord]:
         stops = set(stop_ids(self.policy, self.tokenizer))
@@ -106,18 +109,28 @@ class SPINModule(OnlineDPOModule):
         return means
 
     def on_train_epoch_start(self) -> None:
-        self.serving = dict(self.last_round_stats)  # the round this epoch serves was made just before it
+        """The round this epoch serves was made just before it (by the regenerate callback)."""
+        self.serving = dict(self.last_round_stats)
+        self.serving_pairs = list(self.trainer.datamodule.epoch_records())
 
     def on_train_epoch_end(self) -> None:
         if not self.round_steps:
             return
-        means = self.round_means()
+        means = self.round_means() | self.round_end_metrics()
         self.log_dict(means)
-        say(self.trainer, f"[spin] round {self.current_epoch + 1}: margin {means['train/round_reward_margin']:+.3f} "
-                          f"(chosen {means['train/round_reward_chosen']:+.3f}, rejected "
-                          f"{means['train/round_reward_rejected']:+.3f}) on {self.serving.get('pairs', 0):.0f} pairs; "
-                          f"{self.serving.get('identical_frac', 0):.0%} of its samples matched their demonstration "
-                          f"(skipped); reference refreshes so far: {self.ref_updates}")
+        say(self.trainer, round_line(self.current_epoch + 1, means, self.serving, len(self.serving_pairs),
+                                     self.ref_updates))
+
+    def round_end_metrics(self) -> dict[str, float]:
+        """After the round's last step, on the round's pairs against the reference they were made with (the
+        log-probs cached as the round was made, whatever refresh came since): the implicit reward margin
+        and the share of pairs it ranks right (ties ½). With a reference refreshed every round the step
+        means start at 0; these say what the round's steps learned."""
+        if not self.serving_pairs:
+            return {}
+        size = self.annotate_batch_size or self.micro_batch_size or len(self.serving_pairs)
+        end = self.preference_metrics(self.serving_pairs, size)
+        return {"train/round_end_reward_margin": end["reward_margin"], "train/round_end_reward_acc": end["pref_accuracy"]}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)
@@ -126,3 +139,16 @@ class SPINModule(OnlineDPOModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         self.identical_total = checkpoint.get("spin", {}).get("identical_total", 0)
+
+
+def round_line(index: int, m: dict[str, float], stats: dict[str, float], served: int, refreshes: int) -> str:
+    """The console's line at a round's end."""
+    made = stats.get("pairs", 0.0)
+    what = (f"{served} pairs" if made else f"the previous round's {served} pairs again (every sample of this one "
+                                           f"matched its demonstration)")
+    end = (f"; after it {m['train/round_end_reward_margin']:+.3f}, ranked right {m['train/round_end_reward_acc']:.0%}"
+           if "train/round_end_reward_margin" in m else "")
+    return (f"[spin] round {index}: {what}, {stats.get('identical_frac', 0.0):.1%} of its samples identical to "
+            f"their demonstration (skipped); margin {m['train/round_reward_margin']:+.3f} (chosen "
+            f"{m['train/round_reward_chosen']:+.3f}, rejected {m['train/round_reward_rejected']:+.3f}){end}; "
+            f"reference refreshes so far: {refreshes}")

@@ -156,8 +156,10 @@ def test_spin_fits_on_its_rounds(hydra_conf, tmp_path):
     assert len({step for step, _ in rounds}) == len(rounds)
     metrics = trainer.callback_metrics
     for key in ("train/loss", "train/reward_margin", "train/ref_updates", "train/round_reward_chosen",
-                "train/round_reward_rejected", "train/round_reward_margin"):
+                "train/round_reward_rejected", "train/round_reward_margin", "train/round_end_reward_margin"):
         assert key in metrics, key
+    # the last round's pairs after its steps, against the reference they were cached with: a trained margin
+    assert metrics["train/round_end_reward_margin"] > 0 and metrics["train/round_end_reward_acc"] > 0.5
     stats = regenerate.last_round
     assert stats["rollout/identical_frac"] == 0.0 and stats["rollout/pairs"] == 8.0  # untrained: no right answer
     assert stats["rollout/ref_updates"] == module.ref_updates
