@@ -180,7 +180,9 @@ def test_spin_end_to_end(tmp_path):
     assert len(margins) == 4  # one a round
     assert [r["rollout/identical_frac"] for r in rows if r.get("rollout/identical_frac")]
     assert [r["rollout/ref_updates"] for r in rows if r.get("rollout/ref_updates")][:4] == ["0.0", "1.0", "2.0", "3.0"]
-    assert "[spin] round 1: margin" in done.stdout and "trainers.spin.SPINModule" in (out / "config.yaml").read_text()
+    assert "[spin] round 1: 4 pairs, 0.0% of its samples identical" in done.stdout  # rounds 1-3 printed, then every 20th
+    assert "[spin] round 3:" in done.stdout and "[spin] round 4:" not in done.stdout
+    assert "trainers.spin.SPINModule" in (out / "config.yaml").read_text()
 
 
 def chat_rows(n: int) -> list[dict]:

@@ -20,7 +20,7 @@ Provenance: the pair's `provenance` is the rejected sample's (source policy_roll
 that sampled it, generator and sampling settings); its chosen side has `chosen_source` (default "dataset")
 and no policy version (`PreferenceRecord.chosen_provenance`).
 
-Per round (logged as the round ends, and printed): `train/round_reward_chosen`, `train/round_reward_rejected`,
+Per round (logged as the round ends; printed for rounds 1-3 and every 20th): `train/round_reward_chosen`, `train/round_reward_rejected`,
 `train/round_reward_margin`, the means over the round's optimizer steps of DPO's implicit rewards
 β·log π/π_ref (each step's `train/reward_*` are logged as for DPO), and `train/round_end_reward_margin`,
 `train/round_end_reward_acc`, the margin and the share ranked right on the round's pairs after its last step
@@ -39,6 +39,7 @@ from tasks.base import encode_completion
 from trainers.online_dpo import OnlineDPOModule
 
 ROUND_KEYS = ("reward_chosen", "reward_rejected", "reward_margin")  # DPO's step metrics averaged per round
+SAY_FIRST, SAY_EVERY = 3, 20  # the console line of rounds 1-3, then of every 20th (the metrics log every round)
 
 
 def is_identical(sample: ExperienceRecord, demonstration_ids: list[int], stops: set[int]) -> bool:
@@ -118,8 +119,9 @@ class SPINModule(OnlineDPOModule):
             return
         means = self.round_means() | self.round_end_metrics()
         self.log_dict(means)
-        say(self.trainer, round_line(self.current_epoch + 1, means, self.serving, len(self.serving_pairs),
-                                     self.ref_updates))
+        index = self.current_epoch + 1
+        if index <= SAY_FIRST or index % SAY_EVERY == 0:
+            say(self.trainer, round_line(index, means, self.serving, len(self.serving_pairs), self.ref_updates))
 
     def round_end_metrics(self) -> dict[str, float]:
         """After the round's last step, on the round's pairs against the reference they were made with (the
