@@ -163,3 +163,13 @@ def test_spin_fits_on_its_rounds(hydra_conf, tmp_path):
     stats = regenerate.last_round
     assert stats["rollout/identical_frac"] == 0.0 and stats["rollout/pairs"] == 8.0  # untrained: no right answer
     assert stats["rollout/ref_updates"] == module.ref_updates
+
+
+def test_a_checkpointed_pair_keeps_its_chosen_source():
+    """The buffer checkpoints records as rows (data_modules/store.py): a SPIN pair comes back with its chosen
+    side still the dataset's and its rejected side the sampling policy's."""
+    from data_modules.store import record_to_row, row_to_record
+    pair = demonstration_pairs(ROUND, demo_ids, {EOS}, "human")[0][0]
+    back = row_to_record(record_to_row(pair), PreferenceRecord)
+    assert back == pair and back.chosen_provenance().source == "human"
+    assert back.sequences()[1].provenance.policy_version == 7
