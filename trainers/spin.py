@@ -25,7 +25,8 @@ Per round (logged as the round ends; printed for rounds 1-3 and every 20th): `tr
 β·log π/π_ref (each step's `train/reward_*` are logged as for DPO), and `train/round_end_reward_margin`,
 `train/round_end_reward_acc`, the margin and the share ranked right on the round's pairs after its last step
 (with K = 1 a round starts at π = π_ref, so its step means start at 0: these show what the round learned);
-`rollout/pairs`, `rollout/identical`, `rollout/identical_frac` and `rollout/ref_updates` as each round is made.
+`rollout/pairs`, `rollout/identical`, `rollout/identical_frac`, `rollout/identical_total` (the stage's) and
+`rollout/ref_updates` as each round is made.
 """
 from __future__ import annotations
 
@@ -88,11 +89,12 @@ class SPINModule(OnlineDPOModule):
         stops = set(stop_ids(self.policy, self.tokenizer))
         pairs, identical = demonstration_pairs(records, lambda text: encode_completion(self.tokenizer, text),
                                                stops, self.chosen_source)
-        self.cache_reference(pairs)
+        if pairs:  # a round of identical samples only: nothing to cache
+            self.cache_reference(pairs)
         self.identical_total += identical
         self.last_round_stats = {"pairs": float(len(pairs)), "identical": float(identical),
                                  "identical_frac": identical / max(len(records), 1),
-                                 "ref_updates": float(self.ref_updates)}
+                                 "identical_total": float(self.identical_total), "ref_updates": float(self.ref_updates)}
         return pairs
 
     # ---- per-round margins -----------------------------------------------------------------------

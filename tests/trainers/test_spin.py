@@ -89,8 +89,11 @@ def test_annotate_pairs_a_real_round_and_reports_it(hydra_conf):
     pairs = module.annotate(records)
     assert len(pairs) == 2 and all(p.chosen_ids == right and p.rejected_ids == wrong for p in pairs)
     assert all(None not in p.ref_logps for p in pairs)  # cached as the round is made
-    assert module.last_round_stats == {"pairs": 2.0, "identical": 1.0, "identical_frac": 1 / 3, "ref_updates": 0.0}
-    assert module.identical_total == 1 and pairs[0].chosen_provenance().source == "dataset"
+    assert module.last_round_stats == {"pairs": 2.0, "identical": 1.0, "identical_frac": 1 / 3,
+                                       "identical_total": 1.0, "ref_updates": 0.0}
+    assert pairs[0].chosen_provenance().source == "dataset"
+    module.annotate(records[:1])  # a round whose only sample is right: no pair, the stage's total grows
+    assert module.last_round_stats["pairs"] == 0.0 and module.last_round_stats["identical_total"] == 2.0
 
 
 def sequence_logp_by_hand(model, prompt: list[int], completion: list[int]) -> float:
