@@ -13,9 +13,10 @@ character tokenizer), the plain template `PlainTemplate`:
 (no spaces between turns; an assistant turn ends with eos, its end-of-turn token; tool calls follow the
 content as `tool_calls: <JSON>`.)
 
-One record per conversation. Token boundaries are exact: every prefix of the conversation is rendered
-(and, before each assistant turn, the prefix with the generation prompt), and each turn's tokens are the
-difference of consecutive renderings; a template whose renderings are not prefixes of each other (one that
+One record per conversation. Token boundaries are exact: the conversation's prefixes that end at a turn
+boundary are rendered (before each assistant turn with the generation prompt, after it, and after each run
+of non-assistant messages, which is cut as one piece: Qwen2.5's template writes consecutive tool results
+as one user turn), and each piece's tokens are the difference of consecutive renderings; a template whose renderings are not prefixes of each other (one that
 rewrites earlier turns, e.g. drops past reasoning) is refused naming the row. An assistant turn's header
 (`<|im_start|>assistant\\n`, the generation prompt) is not trained; its content and everything the template
 writes after it up to the next turn (`<|im_end|>\\n`) are. The record's prompt is everything before the
@@ -153,28 +154,35 @@ def renderer(tokenizer: PreTrainedTokenizerBase) -> Render:
 
 @dataclass
 class Segment:
-    """One message's tokens: `head` (a whole non-assistant turn, or an assistant turn's header) and, for an
-    assistant turn, `body` (its content and end-of-turn tokens)."""
+    """A turn's tokens: `head` (a run of non-assistant messages, or an assistant turn's header) and, for an
+    assistant turn, `body` (its content, tool calls and end-of-turn tokens)."""
     role: str
     head: list[int]
     body: list[int]
 
 
 def segments(render: Render, messages: list[dict], loc: str) -> list[Segment]:
-    """Each message's tokens as the difference of consecutive renderings of the conversation's prefixes;
-    raises DataFileError naming `loc` when a rendering does not extend the one before it."""
-    out, prev = [], []
-    for i, m in enumerate(messages):
-        head = _rendered(render, messages[:i], True, loc, i) if m["role"] == "assistant" else None
-        full = _rendered(render, messages[: i + 1], False, loc, i)
-        cut = head if head is not None else full
-        _extends(prev, cut, loc, i, "" if head is None else " + the generation prompt", "")
-        if head is not None:
-            _extends(head, full, loc, i, "", " + the generation prompt")
+    """The conversation's tokens cut at its assistant turns, each piece the difference of consecutive
+    renderings of the conversation's prefixes: a run of non-assistant messages between two assistant turns
+    is one segment (a template may render the run as one turn and close it only at its end, as Qwen2.5's
+    does with consecutive tool results), an assistant turn is its header (the prefix with the generation
+    prompt) and its body. Raises DataFileError naming `loc` when a rendering does not extend the one
+    before it."""
+    out, prev, cut, i = [], [], -1, 0  # cut: the last message of the rendering `prev`
+    while i < len(messages):
+        if messages[i]["role"] == "assistant":
+            head = _rendered(render, messages[:i], True, loc, i)
+            full = _rendered(render, messages[: i + 1], False, loc, i)
+            _extends(prev, head, loc, i - 1, cut, " + the generation prompt", "")
+            _extends(head, full, loc, i, i - 1, "", " + the generation prompt")
             out.append(Segment("assistant", head[len(prev):], full[len(head):]))
+            end = i
         else:
-            out.append(Segment(m["role"], full[len(prev):], []))
-        prev = full
+            end = next((j for j in range(i, len(messages)) if messages[j]["role"] == "assistant"), len(messages)) - 1
+            full = _rendered(render, messages[: end + 1], False, loc, end)
+            _extends(prev, full, loc, end, cut, "", "")
+            out.append(Segment("+".join(dict.fromkeys(m["role"] for m in messages[i: end + 1])), full[len(prev):], []))
+        prev, cut, i = full, end, end + 1
     return out
 
 
@@ -185,11 +193,11 @@ def _rendered(render: Render, messages: list[dict], add_generation_prompt: bool,
         raise DataFileError(f"{loc}: the chat template cannot render messages 0-{i} ({type(e).__name__}: {e})") from None
 
 
-def _extends(before: list[int], after: list[int], loc: str, i: int, after_what: str, before_what: str) -> None:
-    """`after` (messages 0..i rendered, + `after_what`) must start with `before` (messages 0..i-1)."""
+def _extends(before: list[int], after: list[int], loc: str, i: int, j: int, after_what: str, before_what: str) -> None:
+    """`after` (messages 0..i rendered, + `after_what`) must start with `before` (messages 0..j)."""
     if after[: len(before)] != before:
         raise DataFileError(f"{loc}: the chat template's rendering of messages 0-{i}{after_what} does not start "
-                            f"with its rendering of messages 0-{i - 1}{before_what} (it rewrites earlier turns), "
+                            f"with its rendering of messages 0-{j}{before_what} (it rewrites earlier turns), "
                             f"so turn boundaries are not exact; cannot mask by turn")
 
 

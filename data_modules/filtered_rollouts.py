@@ -1,7 +1,11 @@
 """On-policy rounds that the algorithm filters in `annotate`: online DPO keeps each prompt's best and
-worst sample as a pair, rejection sampling keeps the best of n above a threshold. So a round's size
+worst sample as a pair, SPIN pairs each sample with its demonstration unless they are identical,
+rejection sampling keeps the best of n above a threshold. So a round's size
 varies, and `batch_size` counts what is kept (pairs or records). A round that kept nothing (every group
-tied) is counted and the previous round is served again; only an empty first round is an error."""
+tied) is counted and the previous round is served again; only an empty first round is an error.
+
+`max_examples` draws the prompts from the first N training examples only: the demonstrations an SFT stage
+used (its data.max_examples), so SPIN's chosen answers are the ones SFT already had."""
 from __future__ import annotations
 
 from data_modules.fresh_rollouts import FreshRolloutsDataModule
@@ -12,9 +16,11 @@ from hardware.console import say
 class FilteredRolloutsDataModule(FreshRolloutsDataModule):
     online = True
 
-    def __init__(self, **kwargs):
+    def __init__(self, max_examples: int | None, **kwargs):
         super().__init__(**kwargs)
         self.empty_rounds = 0
+        if max_examples:  # the prompt stream keeps its seeded order, over the first max_examples only
+            self._order = [i for i in self._order if i < max_examples]
 
     def put(self, records: list) -> None:
         if records:
@@ -23,7 +29,8 @@ class FilteredRolloutsDataModule(FreshRolloutsDataModule):
         if not self.buffer.latest():
             raise RuntimeError("the first round kept nothing: no group of samples was usable (for online "
                                "DPO every group's rewards tied; for rejection sampling none reached "
-                               "algorithm.threshold). Sample more per prompt (algorithm.group_size), more "
+                               "algorithm.threshold; for SPIN every sample equalled its demonstration). "
+                               "Sample more per prompt (algorithm.group_size), more "
                                "prompts (data.prompts_per_round), or start from a stronger policy")
         if self.trainer is not None:
             say(self.trainer, f"[rollout] round kept nothing ({self.empty_rounds} so far); serving the previous one")

@@ -35,9 +35,19 @@ class PreferenceRecord:
     rejected_reward: float | None = None
     ref_chosen_logp: float | None = None  # cached reference sequence log-probs
     ref_rejected_logp: float | None = None
+    chosen_source: str | None = None  # the chosen side's provenance source when no policy made it (SPIN:
+    # "dataset", a demonstration; `provenance` is then the rejected sample's); None: both sides share `provenance`
+
+    def chosen_provenance(self) -> Provenance:
+        """The chosen completion's provenance: the pair's, or with `chosen_source` set, that source with
+        no policy version, generator or sampling settings (it was not sampled)."""
+        if self.chosen_source is None:
+            return self.provenance
+        return replace(self.provenance, source=self.chosen_source, policy_version=None, generator=None,
+                       sampling=None, reward_source=None, reward_version=None)
 
     def sequences(self) -> tuple[ExperienceRecord, ExperienceRecord]:
-        return (_sequence(self.prompt_ids, self.chosen_ids, self.provenance, self.group_id),
+        return (_sequence(self.prompt_ids, self.chosen_ids, self.chosen_provenance(), self.group_id),
                 _sequence(self.prompt_ids, self.rejected_ids, self.provenance, self.group_id))
 
     @property

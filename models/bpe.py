@@ -27,11 +27,31 @@ BPE_VOCAB_SIZE = 500
 QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
-# Qwen2.5's ChatML template without its default system message: <|im_start|>{role}\n{content}<|im_end|>\n
-# per message, then <|im_start|>assistant\n when a reply is to be generated.
+# Qwen2.5's ChatML template without its default system message and tool list: <|im_start|>{role}\n{content}<|im_end|>\n
+# per message, then <|im_start|>assistant\n when a reply is to be generated. Tool use as Qwen2.5-Instruct's
+# template writes it: an assistant message's `tool_calls` follow its content, one
+# `\n<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>` each (a call may be wrapped in `function`,
+# as OpenAI's format has it); a run of consecutive `tool` messages is ONE user turn of
+# `\n<tool_response>\n{content}\n</tool_response>` blocks (so a rendering that ends inside the run closes a
+# turn that a longer one keeps open: data_modules/conversations.py cuts turns at assistant messages only).
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' and message.get('tool_calls') %}"
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message['content'] %}{{- '\\n' + message['content'] }}{%- endif %}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- if call.get('function') is not none %}{%- set call = call['function'] %}{%- endif %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + call['name'] + '\", \"arguments\": ' }}"
+    "{{- (call['arguments'] if call['arguments'] is string else call['arguments'] | tojson) + '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )

@@ -44,8 +44,11 @@ CASES = {  # name: (overrides, rounds, steps a round or None)
                             "data.prompts_per_round=4", "algorithm.group_size=4", "algorithm.epochs_per_round=1",
                             "data.batch_size=2", "reward=function",
                             "reward.fn._target_=tests.helpers.char_sum_scores"], 8, None),
+    # SPIN: the reference refreshed before every round, its pairs (chosen_source) in the buffer, its counters
+    "spin": (["algorithm=spin", "trainer.max_steps=16", "data.prompts_per_round=4", "algorithm.group_size=2",
+              "algorithm.epochs_per_round=1", "data.batch_size=4"], 8, None),
 }
-STAGE = {"grpo_replay": "grpo", "grpo_adaptive": "grpo", "dpo": "dpo", "online_dpo_refresh": "online_dpo"}
+STAGE = {"grpo_replay": "grpo", "grpo_adaptive": "grpo", "dpo": "dpo", "online_dpo_refresh": "online_dpo", "spin": "spin"}
 KNOWN: dict[str, set[str]] = {}  # what a resumed stage may still report differently (nothing, now)
 
 

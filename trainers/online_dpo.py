@@ -76,7 +76,7 @@ class OnlineDPOModule(DPOModule):
 
     def check_data(self, datamodule) -> None:
         if not isinstance(datamodule, FilteredRolloutsDataModule):
-            raise TypeError(f"algorithm=online_dpo makes its pairs from rollouts: use data=filtered_rollouts "
+            raise TypeError(f"algorithm={self.algorithm_name} makes its pairs from rollouts: use data=filtered_rollouts "
                             f"(got {type(datamodule).__name__})")
 
     def annotate(self, records: list[ExperienceRecord]) -> list[PreferenceRecord]:

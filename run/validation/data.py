@@ -83,11 +83,23 @@ def plan_tokenizer(cfg: DictConfig, cache: dict):
     return None, None, None, None
 
 
+def _decodes_task(cfg) -> bool:
+    """Whether callbacks/evaluate.py decodes the task's held-out prompts: not for data that does not train on
+    the task (data=conversations, a preference file: `trains_on_task` False) unless on_other_data=true."""
+    if OmegaConf.select(cfg, "callbacks.evaluate", default=None) is None:
+        return False
+    if OmegaConf.select(cfg, "callbacks.evaluate.on_other_data", default=False):
+        return True
+    target = str(OmegaConf.select(cfg, "data._target_", default=""))
+    other_file = target.endswith("StaticPreferencesDataModule") and OmegaConf.select(cfg, "data.path", default=None)
+    return not (target.endswith("ConversationsDataModule") or other_file)
+
+
 def _check_lengths(cfg, task: Task, tok, context: int, source: str, problems: list[str]) -> None:
     new = OmegaConf.select(cfg, "generator.max_new_tokens", default=0)
     data = OmegaConf.select(cfg, "data", default=None)
     splits = []
-    if OmegaConf.select(cfg, "callbacks.evaluate", default=None) is not None:
+    if _decodes_task(cfg):
         splits.append(("heldout", task.heldout, False))
     if isinstance(data, DictConfig) and "prompts_per_round" in data:
         splits.append(("train", task.train, False))

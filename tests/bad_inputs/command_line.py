@@ -25,10 +25,10 @@ CASES: list[Case] = [
       "mean `algorithm`?", when="command line"),
     C("choice-typo", "a misspelled group choice", ("algorithm=grpoo",),
       "error: algorithm=grpoo: there is no algorithm=grpoo (choices: dpo, dr_grpo, grpo, ipo, kto, online_dpo, ppo, "
-      "reinforce_pp, rejection_sampling, reward_model, rloo, sft); did you mean algorithm=grpo?", when="command line"),
+      "reinforce_pp, rejection_sampling, reward_model, rloo, sft, spin); did you mean algorithm=grpo?", when="command line"),
     C("experiment-typo", "a misspelled experiment", ("experiment=quickstar",),
       "error: experiment=quickstar: there is no experiment=quickstar (choices: grpo_code, instructgpt, onpolicy_vs_replay, "
-      "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, short_sft_adaptive, short_sft_dpo, short_sft_grpo, single); did you mean experiment=quickstart?",
+      "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, sft_then_spin, short_sft_adaptive, short_sft_dpo, short_sft_grpo, single); did you mean experiment=quickstart?",
       when="command line"),
     C("sweep-choice-typo", "a misspelled choice in a sweep", ("-m", "correction=ppo_clip,trunc_is"),
       "error: correction=ppo_clip,trunc_is: there is no correction=trunc_is (choices: masked_is, none, ppo_clip, "

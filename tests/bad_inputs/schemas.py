@@ -55,6 +55,15 @@ CASES: list[Case] = [
       "error: stage grpo: data.eviction='newest' must be one of oldest, lowest_priority"),
     C("sampling-prioritised", "a sampling policy spelled the British way", REPLAY + ("data.sampling=prioritised",),
       "error: stage grpo: data.sampling='prioritised' must be one of uniform, prioritized"),
+    C("spin-chosen-source-rollout", "SPIN's demonstrations labelled as the policy's own samples",
+      ("algorithm=spin", "algorithm.chosen_source=policy_rollout"),
+      "error: stage spin: algorithm.chosen_source='policy_rollout' must be one of dataset, teacher, human, "
+      "external_model (who wrote the demonstrations; policy_rollout is the rejected side's)"),
+    C("spin-max-examples-zero", "SPIN's prompts drawn from the first 0 training examples",
+      ("algorithm=spin", "data=filtered_rollouts", "data.max_examples=0"),
+      "error: stage spin: data.max_examples=0 must be a positive integer, or null for all"),
+    C("spin-ref-update-every-zero", "SPIN's reference refreshed every 0 rounds", ("algorithm=spin", "algorithm.ref_update_every=0"),
+      "error: stage spin: algorithm.ref_update_every=0 must be a positive integer, or null for never"),
     C("lora-yes", "model.lora given a word", ("model.lora=yes",),
       "error: stage sft: model.lora='yes' must be null (no adapter) or a mapping of peft LoraConfig fields, e.g. "
       "{r: 8, lora_alpha: 16, target_modules: all-linear}"),

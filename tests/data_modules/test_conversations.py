@@ -52,6 +52,42 @@ def test_last_turn_only_masks_earlier_assistant_turns(bpe):
         reply1 + user2 + reply2
 
 
+TOOL_CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3 and 4+4?"},
+             {"role": "assistant", "content": "", "tool_calls": [
+                 {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}},
+                 {"type": "function", "function": {"name": "add", "arguments": {"a": 4, "b": 4}}}]},
+             {"role": "tool", "content": "5"}, {"role": "tool", "content": "8"},  # two results in a row
+             {"role": "assistant", "content": "5 and 8."}]
+
+
+def tool_turns_by_hand(tok):
+    """TOOL_CHAT in Qwen2.5's ChatML tool format, written out by hand: (system + user + assistant header, the
+    calling turn, the two tool results as ONE user turn + the next header, the final reply)."""
+    enc = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    head = enc("<|im_start|>assistant\n")
+    calls = "".join(f'<tool_call>\n{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>' + ("\n" if a == 2 else "")
+                    for a, b in ((2, 3), (4, 4)))
+    return (enc("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3 and 4+4?<|im_end|>\n") + head,
+            enc(calls + "<|im_end|>\n"),
+            enc("<|im_start|>user\n<tool_response>\n5\n</tool_response>\n<tool_response>\n8\n</tool_response>"
+                "<|im_end|>\n") + head,
+            enc("5 and 8.<|im_end|>\n"))
+
+
+def test_tool_calls_and_tool_results_through_the_chat_template_train_only_the_assistant(bpe):
+    """The assistant's tool calls are trained (they are its output), the tool results are context; a run of
+    two tool results (one user turn in the template, closed only after the second) no longer reads as a
+    template that rewrites earlier turns."""
+    prompt, calls, results, reply = tool_turns_by_hand(bpe)
+    r = conversation_record("c.jsonl:3", TOOL_CHAT, renderer(bpe), False, 0, "dataset")
+    assert r.prompt_ids == prompt
+    assert r.completion_ids == calls + results + reply
+    assert r.loss_mask == [1] * len(calls) + [0] * len(results) + [1] * len(reply)
+    assert r.prompt_ids + r.completion_ids == bpe.apply_chat_template(TOOL_CHAT, tokenize=True)["input_ids"]
+    trained = bpe.decode([t for t, m in zip(r.completion_ids, r.loss_mask) if m])
+    assert '"arguments": {"a": 4, "b": 4}' in trained and "tool_response" not in trained and "8" not in trained.split("5 and")[0]
+
+
 def test_the_plain_template_of_a_tokenizer_without_one():
     tok = build_char_tokenizer()
     r = conversation_record("c.jsonl:1", CHAT, renderer(tok), False, 0, "dataset")

@@ -13,10 +13,10 @@ from tests.bad_inputs.setups import edit_config, model_folder
 CONF = Path(__file__).resolve().parent.parent.parent / "conf"
 ALGORITHMS = sorted(f.stem for f in (CONF / "algorithm").glob("*.yaml"))
 # before conf/recipe: each algorithm file's own lr, the scheduler group's warmups, the generator's length
-TINY_LR = {"sft": 1e-3, "dpo": 1e-4, "ipo": 1e-4, "online_dpo": 1e-4, "kto": 5e-5, "reward_model": 3e-4,
+TINY_LR = {"sft": 1e-3, "dpo": 1e-4, "ipo": 1e-4, "online_dpo": 1e-4, "spin": 1e-4, "kto": 5e-5, "reward_model": 3e-4,
            "grpo": 3e-4, "dr_grpo": 3e-4, "rloo": 3e-4, "reinforce_pp": 3e-4, "ppo": 3e-4,
            "rejection_sampling": 3e-4}
-PRETRAINED_LR = {"sft": 2e-5, "dpo": 1e-6, "ipo": 1e-6, "online_dpo": 5e-7, "kto": 1e-6, "reward_model": 1e-5,
+PRETRAINED_LR = {"sft": 2e-5, "dpo": 1e-6, "ipo": 1e-6, "online_dpo": 5e-7, "spin": 5e-7, "kto": 1e-6, "reward_model": 1e-5,
                  "grpo": 1e-6, "dr_grpo": 1e-6, "rloo": 1e-6, "reinforce_pp": 1e-6, "ppo": 3e-6,
                  "rejection_sampling": 1e-5}
 STATIC = {"sft", "dpo", "ipo", "kto", "reward_model"}

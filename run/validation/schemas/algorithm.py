@@ -51,6 +51,8 @@ class Algorithm(OpenNode):
     unpaired: Bool = None
     nll_coef: NonNegativeNumber = None
     min_reward_gap: NonNegativeNumber = None
+    chosen_source: choice("dataset", "teacher", "human", "external_model",
+                          why="who wrote the demonstrations; policy_rollout is the rejected side's") = None
     keep_per_group: PositiveInt = None
     gamma: must(Annotated[float, Field(ge=0, le=1)], "in [0, 1]") = None
     lam: must(Annotated[float, Field(ge=0, le=1)], "in [0, 1]") = None

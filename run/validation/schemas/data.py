@@ -35,6 +35,12 @@ class Rollouts(Batches):
     store: OptionalPath = None
 
 
+class FilteredRollouts(Rollouts):
+    """data_modules.filtered_rollouts.FilteredRolloutsDataModule: rounds the algorithm filters (online DPO, SPIN,
+    rejection sampling), prompts from the first max_examples training examples."""
+    max_examples: optional(PositiveInt, "for all") = None
+
+
 class ReplayMix(Rollouts):
     """data_modules.replay_mix.ReplayMixDataModule: fresh rollouts mixed with replay from the buffer."""
     replay_ratio: must(Annotated[float, Field(ge=0, lt=1)], "in [0, 1) (0: pure on-policy)") = None
@@ -100,7 +106,7 @@ class AnyData(Batches):
 
 SCHEMAS = {"data_modules.demonstrations.DemonstrationsDataModule": Demonstrations,
            "data_modules.fresh_rollouts.FreshRolloutsDataModule": Rollouts,
-           "data_modules.filtered_rollouts.FilteredRolloutsDataModule": Rollouts,
+           "data_modules.filtered_rollouts.FilteredRolloutsDataModule": FilteredRollouts,
            "data_modules.replay_mix.ReplayMixDataModule": ReplayMix,
            "data_modules.adaptive.AdaptiveDataModule": Adaptive,
            "data_modules.static_preferences.StaticPreferencesDataModule": Preferences}

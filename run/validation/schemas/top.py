@@ -39,6 +39,7 @@ class RecipeLr(OpenNode):
     sft: PositiveNumber = None
     dpo: PositiveNumber = None
     online_dpo: PositiveNumber = None
+    spin: PositiveNumber = None
     kto: PositiveNumber = None
     reward_model: PositiveNumber = None
     grpo: PositiveNumber = None
