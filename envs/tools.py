@@ -20,7 +20,7 @@ def calculator(expression: str, max_digits: int, max_exponent: int) -> str:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:
         raise ValueError(f"not an arithmetic expression: {expression!r}") from None
-    value = _eval(tree.body, max_exponent)
+    value = _eval(tree.body, max_exponent, max_digits)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     text = str(value)
@@ -29,17 +29,28 @@ def calculator(expression: str, max_digits: int, max_exponent: int) -> str:
     return text
 
 
-def _eval(node, max_exponent: int):
+def _eval(node, max_exponent: int, max_digits: int):
+    """Every intermediate result is bounded too (a nested power would otherwise build a huge number)."""
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value
+        return _bounded(node.value, max_digits)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_eval(node.operand, max_exponent))
+        return _UNARY[type(node.op)](_eval(node.operand, max_exponent, max_digits))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _eval(node.left, max_exponent), _eval(node.right, max_exponent)
+        left, right = _eval(node.left, max_exponent, max_digits), _eval(node.right, max_exponent, max_digits)
         if isinstance(node.op, ast.Pow) and abs(right) > max_exponent:
             raise ValueError(f"exponent {right} above {max_exponent}")
         try:
-            return _BINARY[type(node.op)](left, right)
-        except ZeroDivisionError:
-            raise ValueError("division by zero") from None
+            return _bounded(_BINARY[type(node.op)](left, right), max_digits)
+        except (ZeroDivisionError, OverflowError) as e:
+            raise ValueError(str(e) or type(e).__name__) from None
     raise ValueError(f"unsupported in a calculator expression: {ast.dump(node)[:40]}")
+
+
+def _bounded(value, max_digits: int):
+    if isinstance(value, complex):
+        raise ValueError("complex result")
+    magnitude = abs(value).bit_length() if isinstance(value, int) else abs(value)
+    if (isinstance(value, int) and magnitude > max_digits * 3.33 + 4) or (isinstance(value, float)
+                                                                          and magnitude >= 10.0 ** max_digits):
+        raise ValueError(f"result has more than {max_digits} digits")
+    return value
