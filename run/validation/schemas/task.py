@@ -30,10 +30,19 @@ class Jsonl(Node):
     answer_key: Text = None
 
 
+class ToolArithmetic(Node):
+    """tasks.tool_arithmetic.tool_arithmetic_task: products for a calculator tool (env=calculator)."""
+    a_digits: PositiveInt = None
+    b_digits: PositiveInt = None
+    num_heldout: PositiveInt = None
+    tool: Text = None
+    seed: Seed = None
+
+
 class AnyTask(OpenNode):
     num_heldout: NonNegativeInt = None
 
 
 SCHEMAS = {"tasks.arithmetic.arithmetic_task": Arithmetic, "tasks.code.code_task": Code,
-           "tasks.jsonl.jsonl_task": Jsonl}
+           "tasks.jsonl.jsonl_task": Jsonl, "tasks.tool_arithmetic.tool_arithmetic_task": ToolArithmetic}
 FALLBACK = AnyTask
