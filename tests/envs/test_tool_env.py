@@ -94,7 +94,7 @@ def test_stop_strings_are_the_close_tag_and_format_round_trips():
 
 
 def test_the_teacher_demonstrates_the_tasks_call_then_the_answer():
-    ex = tool_arithmetic_task(3, 2, 10, "calculator", 0).train[0]
+    ex = tool_arithmetic_task(3, 2, 10, "calculator", 1.0, 0).train[0]
     a, b = ex.prompt.rstrip("=").split("*")
     assert env().demonstration(ex) == [f"[calculator:{a}*{b}]", str(int(a) * int(b))]
     assert 100 <= int(a) <= 999 and 10 <= int(b) <= 99

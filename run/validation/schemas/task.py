@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from run.validation.schemas.model import Seed
-from run.validation.schemas.base import (Bool, NonNegativeInt, Node, OpenNode, OptionalPath, Path, PositiveInt,
+from run.validation.schemas.base import (Bool, Fraction, NonNegativeInt, Node, OpenNode, OptionalPath, Path, PositiveInt,
                                           Text, optional)
 
 
@@ -36,6 +36,7 @@ class ToolArithmetic(Node):
     b_digits: PositiveInt = None
     num_heldout: PositiveInt = None
     tool: Text = None
+    tool_rate: Fraction = None
     seed: Seed = None
 
 
