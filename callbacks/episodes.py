@@ -34,12 +34,14 @@ def sample(generator, policy, tokenizer, prompts: list[list[int]], examples: lis
     return Sampled(played.output(), [e.final_text for e in played.episodes], played.episodes, played.stats())
 
 
-def as_episode(record: ExperienceRecord, episode: Episode | None) -> ExperienceRecord:
-    """`record` with its episode's prompt, loss mask and per-turn provenance, and the environment's
+def as_episode(record: ExperienceRecord, episode: Episode | None, tokenizer) -> ExperienceRecord:
+    """`record` with its episode's prompt, loss mask and per-turn provenance, the whole transcript as its
+    completion text (logs, W&B tables; the reward scored the final answer alone), and the environment's
     per-turn rewards (kept apart as rewards['env'], added to the trained scalar)."""
     if episode is None:
         return record
     record.prompt_ids, record.loss_mask, record.turns = episode.prompt_ids, episode.loss_mask, episode.turn_records()
+    record.completion_text = tokenizer.decode(episode.completion_ids, skip_special_tokens=True)
     if episode.env_reward is not None:
         record.rewards["env"] = episode.env_reward
         record.reward += episode.env_reward

@@ -171,7 +171,8 @@ class RegenerateExperience(L.Callback):
         report = safe_score(self.reward, [ex.prompt for ex in examples], texts, examples)
         records = [
             as_episode(self._record(pl_module, ex, ids, gid, comp, lp, text, score,
-                                    {name: scores[i] for name, scores in report.per_source.items()}), episode)
+                                    {name: scores[i] for name, scores in report.per_source.items()}), episode,
+                       dm.tokenizer)
             for i, ((ex, ids, gid), comp, lp, text, score, episode)
             in enumerate(zip(prompts, out.completions, out.logprobs, texts, report.scores, episodes))
             if score is not None  # None: abstained (or the source failed): dropped, counted
