@@ -34,7 +34,7 @@ from torchmetrics import MeanMetric
 
 from callbacks.eval_verifier import choose_verifier
 from callbacks.logging import find_callback, log_now
-from generators.base import completion_texts, stop_ids
+from callbacks.episodes import sample
 from generators.hf import HFGenerator
 from hardware import distributed
 from hardware.console import say
@@ -44,23 +44,27 @@ from tasks.base import Task, encode_prompt
 
 
 def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: RewardSource,
-             num_examples: int | None = None) -> dict[str, float]:
+             num_examples: int | None = None, env=None) -> dict[str, float]:
     """Greedy held-out accuracy and mean response length of `policy` on `task.heldout` (with ranks: each
-    rank decodes its share, every rank gets the whole set's numbers)."""
+    rank decodes its share, every rank gets the whole set's numbers). With an environment (`env`, a
+    factory) each example is a greedy episode scored on its final answer: val/accuracy is then the
+    held-out success with the tools, and val/tool_calls_per_episode says how often they were called."""
     examples = task.heldout[:num_examples] if num_examples else task.heldout
     mine = distributed.shard(examples)
     prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in mine]
-    out = generator.sample(policy, tokenizer, prompts, greedy=True) if prompts else None
-    texts = completion_texts(tokenizer, out.completions, stop_ids(policy, tokenizer)) if out else []
+    done = sample(generator, policy, tokenizer, prompts, mine, env, task.chat, greedy=True) if prompts else None
+    texts = done.texts if done else []
     report = safe_score(verifier, [ex.prompt for ex in mine], texts, mine)  # never raises
-    lengths = [len(c) for c in out.completions] if out else []
-    parts = distributed.gather((report, lengths))
+    lengths = [len(c) for c in done.out.completions] if done else []
+    calls = done.stats.get("tool_calls", 0.0) if done else 0.0
+    parts = distributed.gather((report, lengths, calls))
     report, lengths = ScoreReport.merge([p[0] for p in parts]), [n for p in parts for n in p[1]]
+    tools = {"val/tool_calls_per_episode": sum(p[2] for p in parts) / max(len(lengths), 1)} if env else {}
     acc = MeanMetric()
     for s in report.scores:
         acc.update(float(s or 0.0))  # an unscored answer (verifier failed or abstained) counts as wrong
     return {"val/accuracy": float(acc.compute()), "val/unscored": float(report.abstained),
-            "val/response_len_mean": sum(lengths) / max(len(lengths), 1),
+            "val/response_len_mean": sum(lengths) / max(len(lengths), 1), **tools,
             **({"first_error": report.first_error} if report.first_error else {})}
 
 
@@ -125,8 +129,9 @@ def _positive(text: str, part: str) -> int:
 class HeldOutEvaluation(L.Callback):
     def __init__(self, generator: HFGenerator, verifier: str | RewardSource, task: Task,
                  every_n_steps: int, num_examples: int | None, schedule: str | list | None = None,
-                 reward: RewardSource | None = None, on_other_data: bool = False):
+                 reward: RewardSource | None = None, on_other_data: bool = False, env=None):
         self.generator, self.task, self.on_other_data = generator, task, on_other_data
+        self.env = env  # an environment factory (envs/): held-out episodes; None: one turn
         self.verifier, self.why = choose_verifier(verifier, reward, task)  # why: the console's line
         self.active = True  # False: the stage trains on other data than the task (see on_fit_start)
         self.every_n_steps, self.num_examples = every_n_steps, num_examples
@@ -154,7 +159,7 @@ class HeldOutEvaluation(L.Callback):
         start, seconds = time.perf_counter(), self.stage_seconds()
         with full_weights(pl_module):  # FSDP: gathered once (ranks decode uneven shares)
             result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
-                              self.verifier, self.num_examples)
+                              self.verifier, self.num_examples, self.env)
         error = result.pop("first_error", None)
         if error:
             say(trainer, f"WARNING [eval] {result['val/unscored']:.0f} held-out answers unscored, counted wrong: {error}")
@@ -212,6 +217,8 @@ class HeldOutEvaluation(L.Callback):
         if self.after:
             out["val/accuracy_after"] = self.after["val/accuracy"]
             out["val/response_len_mean"] = self.after["val/response_len_mean"]
+            if "val/tool_calls_per_episode" in self.after:
+                out["val/tool_calls_per_episode"] = self.after["val/tool_calls_per_episode"]
         if self.curve:
             out["val/curve"] = self.curve
         return out

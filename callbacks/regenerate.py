@@ -17,9 +17,10 @@ import lightning as L
 import torch
 
 from callbacks.dynamic_sampling import GenBatch, annotate_by_rank, fill_round, merged
+from callbacks.episodes import as_episode, sample
 from callbacks.logging import log_now
 from data_modules.experience import ExperienceRecord, Provenance, collate
-from generators.base import GenerationOutput, completion_texts, finished, stop_ids
+from generators.base import GenerationOutput, finished, stop_ids
 from generators.hf import HFGenerator
 from hardware import distributed
 from hardware.console import say
@@ -38,8 +39,11 @@ class DroppedRoundsError(RuntimeError):
 
 
 class RegenerateExperience(L.Callback):
-    def __init__(self, generator: HFGenerator, reward: RewardSource, max_dropped_rounds: int = 3):
-        self.generator, self.reward = generator, reward
+    def __init__(self, generator: HFGenerator, reward: RewardSource, max_dropped_rounds: int = 3, env=None):
+        self.generator, self.reward, self.env = generator, reward, env  # env: a factory (envs/), None: one turn
+        self.tool_totals = {"tool_calls": 0.0, "tool_malformed": 0.0, "tool_seconds": 0.0, "episodes": 0.0,
+                            "observation_tokens": 0.0}  # env: the stage's tool statistics (docs/episodes.md)
+        self.round_tools: dict[str, float] = {}  # the round's so far (with ranks: this rank's share)
         self.max_dropped_rounds, self.dropped_in_a_row = max_dropped_rounds, 0
         self.last_round: dict[str, float] = {}  # the latest round's rollout metrics
         self.rounds = self.epochs_ended = 0
@@ -79,7 +83,7 @@ class RegenerateExperience(L.Callback):
 
     STATE = ("rounds", "epochs_ended", "last_end_step", "totals", "reward_means", "source_means",
              "triggers", "replay_fracs", "abstained", "timeouts", "dropped_in_a_row", "last_round",
-             "dynamic_totals")  # checkpointed
+             "dynamic_totals", "tool_totals")  # checkpointed
 
     def state_dict(self) -> dict:
         return copy.deepcopy({k: getattr(self, k) for k in self.STATE})
@@ -158,16 +162,19 @@ class RegenerateExperience(L.Callback):
     def _scored(self, pl_module, dm, prompts):
         """Generate and score this rank's samples: (scored records, their rewards, generation output,
         score report, log-prob mismatch); no annotation."""
-        out = self.generator.sample(pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts])
-        texts = completion_texts(dm.tokenizer, out.completions, stop_ids(pl_module.policy, dm.tokenizer))
         examples = [ex for ex, _, _ in prompts]
+        sampled = sample(self.generator, pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts], examples,
+                         self.env, dm.task.chat, policy_version=pl_module.policy_version)
+        out, texts, episodes = sampled.out, sampled.texts, sampled.episodes or [None] * len(prompts)
+        self._add_tools(sampled.stats, len(prompts))
         getattr(self.reward, "to", lambda device: None)(pl_module.device)  # models on the policy's device
         report = safe_score(self.reward, [ex.prompt for ex in examples], texts, examples)
         records = [
-            self._record(pl_module, ex, ids, gid, comp, lp, text, score,
-                         {name: scores[i] for name, scores in report.per_source.items()})
-            for i, ((ex, ids, gid), comp, lp, text, score)
-            in enumerate(zip(prompts, out.completions, out.logprobs, texts, report.scores))
+            as_episode(self._record(pl_module, ex, ids, gid, comp, lp, text, score,
+                                    {name: scores[i] for name, scores in report.per_source.items()}), episode,
+                       dm.tokenizer)
+            for i, ((ex, ids, gid), comp, lp, text, score, episode)
+            in enumerate(zip(prompts, out.completions, out.logprobs, texts, report.scores, episodes))
             if score is not None  # None: abstained (or the source failed): dropped, counted
         ]
         mismatch = self._logprob_mismatch(pl_module, records) if records else {}
@@ -238,9 +245,31 @@ class RegenerateExperience(L.Callback):
                                 answer=ex.answer, behaviour_logprobs=logprobs,
                                 rewards=per_source | {self.reward.name: score}, reward=score)
 
+    def _add_tools(self, stats: dict[str, float], episodes: int) -> None:
+        """Add one sampling batch's tool statistics (envs/rollout.py) to the round's and the stage's."""
+        if not stats:
+            return
+        if not self.round_tools:
+            self.round_tools = {k: 0.0 for k in self.tool_totals}
+        for k in self.tool_totals:
+            v = episodes if k == "episodes" else stats[k]
+            self.round_tools[k] += v
+            self.tool_totals[k] += v
+
+    def _tool_round(self) -> dict[str, float]:
+        """The round's rollout/tool_* metrics and the stage's cost/tool_* totals (env set), then reset."""
+        r, self.round_tools = self.round_tools, {}
+        if not r:
+            return {}
+        n, t = max(r["episodes"], 1.0), self.tool_totals
+        return {"rollout/tool_calls_per_episode": r["tool_calls"] / n, "rollout/tool_malformed": r["tool_malformed"],
+                "rollout/observation_tokens_per_episode": r["observation_tokens"] / n,
+                "cost/tool_seconds": t["tool_seconds"], "cost/tool_calls": t["tool_calls"]}
+
     def _account(self, trainer, pl_module, prompt_tokens, out, report, rewards, mismatch):
         mean = sum(rewards) / len(rewards) if rewards else float("nan")
-        gen_tokens = sum(len(c) for c in out.completions)
+        # an episode's observation tokens were appended, not generated (their count: rollout/observation_tokens_*)
+        gen_tokens = sum(len(c) for c in out.completions) - int(self.round_tools.get("observation_tokens", 0))
         t = self.totals
         t["prompt_tokens"] += prompt_tokens
         t["generated_tokens"] += gen_tokens
@@ -279,7 +308,7 @@ class RegenerateExperience(L.Callback):
             "cost/generation_seconds": t["generation_seconds"],
             "perf/generated_tokens_per_sec": gen_tokens / max(out.seconds, 1e-9),
         }
-        metrics |= mismatch | self.round_extra
+        metrics |= mismatch | self.round_extra | self._tool_round()
         for k, v in self.round_extra.items():  # rollout/gen_batches → rollout/gen_batches_total, ...
             self.dynamic_totals[f"{k}_total"] = self.dynamic_totals.get(f"{k}_total", 0.0) + v
         metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
@@ -287,6 +316,17 @@ class RegenerateExperience(L.Callback):
         self.replay_fracs.append(metrics.get("rollout/replay_frac", 0.0))
         self.last_round = metrics  # read by callbacks/guards.py
         log_now(trainer, metrics)
+
+    def _tool_summary(self) -> dict:
+        """summary.json's tool statistics of the stage (env set): calls and malformed calls per episode,
+        and the cost ledger's tool seconds and calls."""
+        t = self.tool_totals
+        if not t["episodes"]:
+            return {}
+        return {"rollout/tool_calls_per_episode_mean": t["tool_calls"] / t["episodes"],
+                "rollout/tool_malformed_total": t["tool_malformed"],
+                "rollout/tool_malformed_per_episode_mean": t["tool_malformed"] / t["episodes"],
+                "cost/tool_seconds": t["tool_seconds"], "cost/tool_calls": t["tool_calls"]}
 
     def _reward_stats(self) -> dict:
         return getattr(self.reward, "stats", dict)()
@@ -311,6 +351,7 @@ class RegenerateExperience(L.Callback):
                 "rollout/reward_timeouts": self.timeouts,
                 **per_source,
                 **self.dynamic_totals,
+                **self._tool_summary(),
                 **{f"cost/{k}": v for k, v in self.totals.items()},
                 **self._reward_stats(),
                 **{k: v for k, v in self.last_round.items() if k.startswith("rollout/logp_mismatch")},

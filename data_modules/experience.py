@@ -51,7 +51,10 @@ class ExperienceRecord:
     token_advantages: list[float] | None = None  # GAE advantages per completion token (PPO)
     served_as: str = "fresh"  # fresh | replay | dataset: set by the data module when it serves a round
     loss_mask: list[int] | None = None  # 1/0 per completion token (None: every token trains), e.g. a
-    # conversation's assistant turns 1, the user/tool turns between them 0 (data_modules/conversations.py)
+    # conversation's assistant turns 1, the user/tool turns between them 0 (data_modules/conversations.py),
+    # an episode's sampled turns 1 and its observation turns 0 (envs/rollout.py)
+    turns: list[dict] | None = None  # an episode's provenance per turn: kind (policy | observation), start,
+    # length (in completion tokens), policy_version, tool, seconds, malformed (envs/rollout.py Turn)
 
 
 @dataclass

@@ -125,10 +125,13 @@ def decode_steps(model, input_ids, attention_mask, max_new_tokens: int):
 @torch.no_grad()
 def sample_tokens(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   max_new_tokens: int, stops: torch.Tensor, pad_id: int, temperature: float = 1.0,
-                  top_p: float = 1.0, greedy: bool = False, ignore_eos: bool = False, top_k: int = 0):
+                  top_p: float = 1.0, greedy: bool = False, ignore_eos: bool = False, top_k: int = 0,
+                  stop_sequences: list[torch.Tensor] | None = None):
     """KV-cached sampling from left-padded prompts [B, P]. Returns (tokens [B, N], log-probs [B, N] of
     each sampled token under softmax(logits / temperature) after top-k, top-p (0 for greedy), lengths [B]:
     tokens up to and including the first stop id). `stops` [S]: the stop ids, on the prompts' device.
+    `stop_sequences`: id sequences that also end a row, once its generated tokens end with one (a tool
+    call's close tag in an episode, envs/rollout.py), that sequence included.
     Rows that finished are fed `pad_id` until all finish."""
     B, device = input_ids.shape[0], input_ids.device
     tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
@@ -148,6 +151,9 @@ def sample_tokens(model: PreTrainedModel, input_ids: torch.Tensor, attention_mas
         tokens[:, t] = token.masked_fill(done, pad_id)
         if not ignore_eos:
             ended = torch.isin(token, stops) & ~done
+            for seq in stop_sequences or ():
+                if t + 1 >= len(seq):
+                    ended |= (tokens[:, t + 1 - len(seq): t + 1] == seq).all(-1) & ~done
             lengths[ended] = t + 1
             done |= ended
             if bool(done.all()):
@@ -180,26 +186,32 @@ class HFGenerator:
 
     @torch.no_grad()
     def sample(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-               prompts: list[list[int]], greedy: bool = False) -> GenerationOutput:
-        """Generate one completion per prompt (repeat prompts for groups). Model mode is restored."""
+               prompts: list[list[int]], greedy: bool = False, stop_sequences: list[list[int]] | None = None,
+               max_new_tokens: int | None = None) -> GenerationOutput:
+        """Generate one completion per prompt (repeat prompts for groups). Model mode is restored.
+        An episode's policy turn (envs/rollout.py) also stops at `stop_sequences` (id lists) and may take
+        fewer tokens than the generator's `max_new_tokens`."""
         start, was_training = time.perf_counter(), model.training
         model.eval()
         completions, logprobs = [], []
         device = next(model.parameters()).device
         stops = torch.tensor(stop_ids(model, tokenizer), dtype=torch.long, device=device)  # [S], once a call
+        sequences = [torch.tensor(s, dtype=torch.long, device=device) for s in stop_sequences or ()]
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         try:
             for lo in range(0, len(prompts), self.batch_size):
-                c, lp = self._batch(model, tokenizer, prompts[lo : lo + self.batch_size], stops, greedy)
+                c, lp = self._batch(model, tokenizer, prompts[lo : lo + self.batch_size], stops, greedy,
+                                    sequences, limit)
                 completions += c
                 logprobs += lp
         finally:
             model.train(was_training)
         return GenerationOutput(completions, logprobs, time.perf_counter() - start)
 
-    def _batch(self, model, tokenizer, prompts, stops, greedy):
+    def _batch(self, model, tokenizer, prompts, stops, greedy, sequences=(), max_new_tokens=None):
         ids, mask = left_pad(prompts, tokenizer.pad_token_id)
         tokens, logps, lengths = sample_tokens(
-            model, ids.to(stops.device), mask.to(stops.device), self.max_new_tokens, stops,
-            tokenizer.pad_token_id, self.temperature, self.top_p, greedy, self.ignore_eos, self.top_k)
+            model, ids.to(stops.device), mask.to(stops.device), max_new_tokens or self.max_new_tokens, stops,
+            tokenizer.pad_token_id, self.temperature, self.top_p, greedy, self.ignore_eos, self.top_k, sequences)
         tokens, logps, lengths = tokens.tolist(), logps.tolist(), lengths.tolist()
         return ([row[:n] for row, n in zip(tokens, lengths)], [row[:n] for row, n in zip(logps, lengths)])

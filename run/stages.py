@@ -181,9 +181,15 @@ def build(node: DictConfig, **runtime):
     return instantiate(node, _partial_=True)(**runtime)
 
 
-def build_callbacks(cfg: DictConfig, generator, reward, task) -> list[L.Callback]:
-    runtime = {"regenerate": {"generator": generator, "reward": reward},
-               "evaluate": {"generator": generator, "task": task, "reward": reward}}
+def build_env(cfg: DictConfig):
+    """The stage's environment factory (env=calculator, ...), or None for env=none (one turn)."""
+    node = cfg.get("env")
+    return instantiate(node) if node else None
+
+
+def build_callbacks(cfg: DictConfig, generator, reward, task, env=None) -> list[L.Callback]:
+    runtime = {"regenerate": {"generator": generator, "reward": reward, "env": env},
+               "evaluate": {"generator": generator, "task": task, "reward": reward, "env": env}}
     return [build(node, **runtime.get(key, {})) for key, node in cfg.callbacks.items() if node is not None]
 
 
@@ -272,7 +278,7 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     datamodule = build(cfg.data, task=stage.task, tokenizer=tokenizer)
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
     callbacks = [FirstStep(on_first_step)] if on_first_step else []
-    callbacks += build_callbacks(cfg, generator, reward, stage.task)
+    callbacks += build_callbacks(cfg, generator, reward, stage.task, build_env(cfg))
     callbacks += [ResumeState(checkpoint_dir(stage) / "last.ckpt"), SameSettingsOnRanks(cfg)]
     trainer = L.Trainer(**trainer_arguments(cfg.trainer), callbacks=callbacks, logger=build_loggers(cfg) or False,
                         default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])

@@ -57,6 +57,8 @@ def test_every_choice_composes_and_resolves(hydra_conf, tmp_path, jsonl_file, gr
         assert isinstance(resolved["stages"], list)
     elif group == "scheduler":  # `# @package algorithm.scheduler`
         assert resolved["algorithm"]["scheduler"]["_target_"].startswith("transformers.get_")
+    elif group == "env" and choice == "none":  # no environment: one turn (callbacks build none)
+        assert resolved["env"] == {}
     elif group not in ("logger", "hparams_search"):  # hparams_search sets hydra.sweeper only
         assert resolved[group], f"{group}={choice} composed to an empty node"
 
@@ -92,6 +94,11 @@ def test_algorithm_and_data_nodes_build_with_live_objects(hydra_conf, jsonl_file
     for data in sorted(f.stem for f in (CONF / "data").glob("*.yaml")):
         if data in ("checkpoint_preferences", "conversations"):  # a saved policy, a chat file: built in
             continue  # tests/data_modules/test_preferences.py and tests/data_modules/test_conversations.py
+        if data == "episode_demonstrations":  # teacher episodes: an environment and a task with calls
+            cfg = hydra_conf([f"data={data}", "algorithm=sft", "env=calculator", "task=tool_arithmetic"] + TINY)
+            dm = build(cfg.data, task=instantiate(cfg.task), tokenizer=tok)
+            assert dm.records[0].loss_mask is not None
+            continue
         cfg = hydra_conf([f"data={data}", "algorithm=grpo"] + TINY)
         dm = build(cfg.data, task=task, tokenizer=tok)
         assert isinstance(dm, data_modules.base.ExperienceDataModule)

@@ -177,10 +177,15 @@ class PolicyModule(L.LightningModule):
     @torch.no_grad()
     def frozen_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> list[list[float]]:
         """Completion-token log-probs of a frozen model, one list per record (for annotation), at the
-        trainer's precision (`precision_context`)."""
+        trainer's precision (`precision_context`): one per completion token, those a record's loss_mask
+        masks included (an episode's observation tokens), so the list aligns with its completion ids."""
         batch = batch.to(self.device)
         with self.precision_context():
             lp = self.sequence_logprobs(model, batch)
+        if any(r.loss_mask is not None for r in batch.records):
+            rows = lp.float().cpu()  # one device-to-host copy
+            return [rows[i, len(r.prompt_ids) - 1: len(r.prompt_ids) - 1 + len(r.completion_ids)].tolist()
+                    for i, r in enumerate(batch.records)]
         mask = batch.completion_mask.bool()
         flat, counts = lp[mask].tolist(), mask.sum(-1).tolist()  # one device-to-host copy of the values
         ends = list(itertools.accumulate(counts))

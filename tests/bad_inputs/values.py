@@ -168,4 +168,12 @@ CASES: list[Case] = [
       "error: stage sft: push_to_hub.repo_id=me/my-model: HF_HUB_OFFLINE=1 (train.py's default) forbids the upload, "
       "which would fail after the training: run with HF_HUB_OFFLINE=0, or drop push_to_hub and upload <run>/policy "
       "later (huggingface-cli upload me/my-model <run>/policy)"),
+    C("env-without-tool-task-demos", "teacher episodes (data=episode_demonstrations) with no environment",
+      ("algorithm=sft", "data=episode_demonstrations"),
+      "error: stage sft: data=episode_demonstrations plays teacher turns against an environment, and env=none has "
+      "none: pick one (env=calculator)"),
+    C("env-with-ppo", "a multi-turn environment in a PPO stage",
+      ("algorithm=ppo", "env=calculator"),
+      "error: stage ppo: env=envs.tool_env.ToolEnv with algorithm=ppo: episodes train with the GRPO family (grpo, "
+      "dr_grpo, rloo, reinforce_pp) or serve SFT data and held-out evaluation; use env=none for this stage"),
 ]

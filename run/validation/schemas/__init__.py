@@ -13,14 +13,15 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from pydantic import BaseModel, ValidationError
 
 from run.errors import nearest
-from run.validation.schemas import algorithm, data, generator, model, reward, task, top, trainer
+from run.validation.schemas import algorithm, data, env, generator, model, reward, task, top, trainer
 from run.validation.schemas.base import Must, Node
 
 # (key, {target: schema}, schema for any other target): one row a group
 GROUPS = (("model", model.SCHEMAS, model.FALLBACK), ("data", data.SCHEMAS, data.FALLBACK),
           ("algorithm", algorithm.SCHEMAS, algorithm.FALLBACK), ("correction", algorithm.CORRECTIONS, None),
           ("generator", generator.SCHEMAS, generator.FALLBACK), ("reward", reward.SCHEMAS, reward.FALLBACK),
-          ("task", task.SCHEMAS, task.FALLBACK), ("trainer", trainer.SCHEMAS, trainer.FALLBACK))
+          ("task", task.SCHEMAS, task.FALLBACK), ("trainer", trainer.SCHEMAS, trainer.FALLBACK),
+          ("env", env.SCHEMAS, env.FALLBACK))
 SKIP = object()
 
 

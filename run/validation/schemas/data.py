@@ -26,6 +26,11 @@ class Demonstrations(Batches):
     max_examples: optional(PositiveInt, "for all") = None
 
 
+class EpisodeDemonstrations(Demonstrations):
+    """data_modules.episode_demonstrations.EpisodeDemonstrationsDataModule: teacher episodes (env group)."""
+    demonstrate: Mapping = None
+
+
 class Rollouts(Batches):
     """data_modules.fresh_rollouts / filtered_rollouts: on-policy rounds."""
     prompts_per_round: PositiveInt = None
@@ -105,6 +110,7 @@ class AnyData(Batches):
 
 
 SCHEMAS = {"data_modules.demonstrations.DemonstrationsDataModule": Demonstrations,
+           "data_modules.episode_demonstrations.EpisodeDemonstrationsDataModule": EpisodeDemonstrations,
            "data_modules.fresh_rollouts.FreshRolloutsDataModule": Rollouts,
            "data_modules.filtered_rollouts.FilteredRolloutsDataModule": FilteredRollouts,
            "data_modules.replay_mix.ReplayMixDataModule": ReplayMix,

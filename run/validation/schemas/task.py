@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from run.validation.schemas.model import Seed
-from run.validation.schemas.base import (Bool, NonNegativeInt, Node, OpenNode, OptionalPath, Path, PositiveInt,
+from run.validation.schemas.base import (Bool, Fraction, NonNegativeInt, Node, OpenNode, OptionalPath, Path, PositiveInt,
                                           Text, optional)
 
 
@@ -30,10 +30,20 @@ class Jsonl(Node):
     answer_key: Text = None
 
 
+class ToolArithmetic(Node):
+    """tasks.tool_arithmetic.tool_arithmetic_task: products for a calculator tool (env=calculator)."""
+    a_digits: PositiveInt = None
+    b_digits: PositiveInt = None
+    num_heldout: PositiveInt = None
+    tool: Text = None
+    tool_rate: Fraction = None
+    seed: Seed = None
+
+
 class AnyTask(OpenNode):
     num_heldout: NonNegativeInt = None
 
 
 SCHEMAS = {"tasks.arithmetic.arithmetic_task": Arithmetic, "tasks.code.code_task": Code,
-           "tasks.jsonl.jsonl_task": Jsonl}
+           "tasks.jsonl.jsonl_task": Jsonl, "tasks.tool_arithmetic.tool_arithmetic_task": ToolArithmetic}
 FALLBACK = AnyTask

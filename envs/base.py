@@ -1,0 +1,67 @@
+"""The environment interface (`env=...`): what answers a policy turn in a multi-turn episode.
+
+An episode alternates policy turns (sampled by the generator, with behaviour log-probs) and observation
+turns (text the environment returns, e.g. a tool's result). The rollout (envs/rollout.py) builds one
+environment per episode from the `env` config (a `_partial_` factory), then:
+
+    text = env.reset(example)        the first observation: the prompt the policy sees (a task example in)
+    result = env.step(policy_text)   after every policy turn: StepResult(observation, reward, done, ...)
+
+`policy_text` is the turn as decoded text (a final stop id dropped); a turn ends at a stop id (eos), at
+one of `env.stop_strings` (a tool call's close tag) or at the length limit. The episode ends when the
+environment says `done`, when the turn ended at eos or at the length limit, after `max_turns` policy
+turns, or when the context is full. `observation` is appended as tokens (at most `max_observation_tokens`)
+before the next policy turn. A user's environment subclasses `Environment` (or provides the same
+attributes and methods) and is named by `_target_` with `_partial_: true`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class StepResult:
+    """What an environment returns for one policy turn.
+
+    observation: text appended after the turn (None: nothing; the episode then ends)
+    reward: a per-turn reward added to the episode's outcome reward (None: none for this turn)
+    done: the episode is over (the turn was the final answer)
+    tool: the tool the turn called (None: no call); malformed: the call could not be parsed or run
+    seconds: time the tool took (the cost ledger's cost/tool_seconds)"""
+
+    observation: str | None
+    reward: float | None = None
+    done: bool = False
+    tool: str | None = None
+    malformed: bool = False
+    seconds: float = 0.0
+
+
+class Environment:
+    """Base of every environment: the limits the rollout enforces, and the interface it calls.
+
+    max_turns: policy turns an episode may take (the last one is its answer, whatever it holds)
+    max_observation_tokens: tokens of one observation kept (the rest cut)
+    stop_strings: texts that end a policy turn besides eos (a tool call's close tag)"""
+
+    stop_strings: tuple[str, ...] = ()
+
+    def __init__(self, max_turns: int, max_observation_tokens: int):
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"env.max_turns must be an integer >= 1, got {max_turns!r}")
+        if not isinstance(max_observation_tokens, int) or max_observation_tokens < 1:
+            raise ValueError(f"env.max_observation_tokens must be an integer >= 1, got {max_observation_tokens!r}")
+        self.max_turns, self.max_observation_tokens = max_turns, max_observation_tokens
+
+    def reset(self, example) -> str:
+        """Start an episode on a task example; return the first observation (the prompt text)."""
+        raise NotImplementedError
+
+    def step(self, text: str) -> StepResult:
+        """Answer one policy turn."""
+        raise NotImplementedError
+
+    def demonstration(self, example) -> list[str]:
+        """The policy turns a teacher would take on `example` (SFT demonstrations), if the environment
+        knows them; data_modules/episode_demonstrations.py plays them against the environment."""
+        raise NotImplementedError(f"{type(self).__name__} has no teacher demonstrations")

@@ -1,0 +1,56 @@
+"""Tools an environment may call: plain Python callables `fn(arguments: str) -> str` named by `_target_`
+(with `_partial_: true`). A tool raises ValueError (or any Exception) on arguments it cannot use; the
+environment turns that into an observation saying so, never a crash."""
+from __future__ import annotations
+
+import ast
+import operator
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+
+
+def calculator(expression: str, max_digits: int, max_exponent: int) -> str:
+    """Evaluate an arithmetic expression of numbers, + - * / // % ** and parentheses, in pure Python (an
+    AST walk: no names, calls or attributes, so nothing but arithmetic can run). Integers stay exact;
+    a result with more than `max_digits` digits, an exponent above `max_exponent` or a division by zero
+    raises ValueError."""
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not an arithmetic expression: {expression!r}") from None
+    value = _eval(tree.body, max_exponent, max_digits)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = str(value)
+    if len(text.lstrip("-").split(".")[0]) > max_digits:
+        raise ValueError(f"result has more than {max_digits} digits")
+    return text
+
+
+def _eval(node, max_exponent: int, max_digits: int):
+    """Every intermediate result is bounded too (a nested power would otherwise build a huge number)."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return _bounded(node.value, max_digits)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_eval(node.operand, max_exponent, max_digits))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left, max_exponent, max_digits), _eval(node.right, max_exponent, max_digits)
+        if isinstance(node.op, ast.Pow) and abs(right) > max_exponent:
+            raise ValueError(f"exponent {right} above {max_exponent}")
+        try:
+            return _bounded(_BINARY[type(node.op)](left, right), max_digits)
+        except (ZeroDivisionError, OverflowError) as e:
+            raise ValueError(str(e) or type(e).__name__) from None
+    raise ValueError(f"unsupported in a calculator expression: {ast.dump(node)[:40]}")
+
+
+def _bounded(value, max_digits: int):
+    if isinstance(value, complex):
+        raise ValueError("complex result")
+    magnitude = abs(value).bit_length() if isinstance(value, int) else abs(value)
+    if (isinstance(value, int) and magnitude > max_digits * 3.33 + 4) or (isinstance(value, float)
+                                                                          and magnitude >= 10.0 ** max_digits):
+        raise ValueError(f"result has more than {max_digits} digits")
+    return value

@@ -1,0 +1,41 @@
+"""Checks of the `env` group across keys (docs/episodes.md): what an environment runs with. Episodes are
+sampled by the HF generator only, trained by the GRPO family (group advantages over whole episodes) or
+used for SFT data and held-out evaluation, in one process (the round's tool statistics and generated-token
+count are not gathered over ranks yet); data=episode_demonstrations needs an environment."""
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from hardware.processes import world_size_of
+from run.validation.values import raw
+
+EPISODE_GENERATORS = ("generators.hf.HFGenerator",)
+EPISODE_TRAINERS = ("trainers.grpo.GRPOModule", "trainers.sft.SFTModule")
+
+
+def check_env(cfg: DictConfig, errors: list[str]) -> None:
+    target = raw(cfg, "env._target_")
+    if target is None:
+        if raw(cfg, "data._target_") == "data_modules.episode_demonstrations.EpisodeDemonstrationsDataModule":
+            errors.append("data=episode_demonstrations plays teacher turns against an environment, and env=none "
+                          "has none: pick one (env=calculator)")
+        return
+    if raw(cfg, "env._partial_") is not True:
+        errors.append(f"env._partial_ must be true (env={target} is built once per episode): add "
+                      f"`_partial_: true` to the env node")
+    generator = raw(cfg, "generator._target_")
+    if generator not in EPISODE_GENERATORS:
+        errors.append(f"env={target} needs generator=hf: multi-turn episodes are sampled by the HF loop only "
+                      f"(generator._target_={generator})")
+    algorithm = raw(cfg, "algorithm._target_")
+    if algorithm not in EPISODE_TRAINERS:
+        errors.append(f"env={target} with algorithm={raw(cfg, 'algorithm.name')}: episodes train with the GRPO "
+                      f"family (grpo, dr_grpo, rloo, reinforce_pp) or serve SFT data and held-out evaluation; "
+                      f"use env=none for this stage")
+    try:
+        ranks = world_size_of(cfg.trainer)
+    except Exception:  # noqa: BLE001 - a malformed trainer node is reported by its own checks
+        ranks = 1
+    if ranks > 1:
+        errors.append(f"env={target} runs in one process for now (hardware=cpu or gpu, trainer.devices=1): "
+                      f"{ranks} ranks asked for (trainer.devices × trainer.num_nodes)")
