@@ -149,7 +149,7 @@ def test_default_plan_is_sft_then_grpo(hydra_conf):
     assert sft.data._target_.endswith("DemonstrationsDataModule")
     assert grpo.algorithm._target_ == "trainers.grpo.GRPOModule"
     assert grpo.data._target_.endswith("FreshRolloutsDataModule")
-    assert (sft.trainer.max_steps, grpo.trainer.max_steps) == (1700, 600)
+    assert (sft.trainer.max_steps, grpo.trainer.max_steps) == (2000, 600)
     assert all(s.task is not None and s.task.train for s in stages)
 
 

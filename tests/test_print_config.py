@@ -17,7 +17,7 @@ def test_print_config_prints_each_stage_and_writes_nothing(tmp_path):
     assert list(stages) == ["sft", "grpo"]
     sft, grpo = stages["sft"], stages["grpo"]
     assert (sft["algorithm"]["name"], grpo["algorithm"]["name"]) == ("sft", "grpo")
-    assert [s["algorithm"]["scheduler"]["num_training_steps"] for s in (sft, grpo)] == [1700, 600]
+    assert [s["algorithm"]["scheduler"]["num_training_steps"] for s in (sft, grpo)] == [2000, 600]
     assert sft["algorithm"]["scheduler"]["_target_"] == "transformers.get_linear_schedule_with_warmup"
     assert sft["run"]["output_dir"] == str(out) and sft["print_config"] is False
     assert "[batch] 64 prompts per round × 8 samples" in proc.stdout

@@ -31,7 +31,7 @@ def test_the_defaults_are_the_schedules_each_algorithm_had(hydra_conf):
     quickstart's grpo stage picks cosine in its own overrides)."""
     sft, grpo = (s.cfg for s in plan(hydra_conf, []))
     assert node(sft) == {"_target_": "transformers.get_cosine_schedule_with_warmup", "_partial_": True,
-                         "num_warmup_steps": 20, "num_training_steps": 1700}
+                         "num_warmup_steps": 20, "num_training_steps": 2000}
     assert node(grpo) == node(sft) | {"num_warmup_steps": 10, "num_training_steps": 600}
     for algorithm in ALGORITHMS:
         cfg = hydra_conf([f"algorithm={algorithm}"])
@@ -41,11 +41,11 @@ def test_the_defaults_are_the_schedules_each_algorithm_had(hydra_conf):
 @pytest.mark.parametrize("choice, target", [("linear", "get_linear_schedule_with_warmup"),
                                             ("cosine", "get_cosine_schedule_with_warmup")])
 def test_a_decay_lasts_each_stages_own_max_steps(hydra_conf, choice, target):
-    """The quickstart's stages set trainer.max_steps 1700 and 600 in their overrides; the stage's
+    """The quickstart's stages set trainer.max_steps 2000 and 600 in their overrides; the stage's
     algorithm=sft|grpo choice keeps the command line's scheduler, and sft keeps its own warmup."""
     sft, grpo = (s.cfg for s in plan(hydra_conf, [f"scheduler={choice}"]))
     assert node(sft) == {"_target_": f"transformers.{target}", "_partial_": True, "num_warmup_steps": 20,
-                         "num_training_steps": 1700}
+                         "num_training_steps": 2000}
     assert node(grpo) == {"_target_": f"transformers.{target}", "_partial_": True, "num_warmup_steps": 10,
                           "num_training_steps": 600}
     sft, grpo = (s.cfg for s in plan(hydra_conf, [f"scheduler={choice}", "trainer.max_steps=7"]))

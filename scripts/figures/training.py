@@ -166,7 +166,7 @@ def ovr_render(out: Path, smoke: bool) -> Rendered:
 
 
 register(Figure("onpolicy_vs_replay", "On-policy vs replay (`experiment=onpolicy_vs_replay`)",
-                "~45 min on 2 cores: 12 runs of SFT 1,700 steps + GRPO 400 (estimate)", ovr_commands, ovr_render))
+                "~45 min on 2 cores: 12 runs of SFT 2,000 steps + GRPO 400 (estimate)", ovr_commands, ovr_render))
 
 
 # ------------------------------------------------------------------------------- preferences
@@ -177,7 +177,7 @@ PREF_ALGORITHMS = "dpo,ipo,kto,online_dpo,rejection_sampling,reward_model"
 def pref_commands(out: Path, smoke: bool) -> list[list[str]]:
     small = [*SMOKE[3:]] if smoke else []  # the held-out set and sampling length; steps set below
     sft_steps, steps = ("trainer.max_steps=4", "trainer.max_steps=2") if smoke else (
-        "trainer.max_steps=1700", "trainer.max_steps=300")
+        "trainer.max_steps=2000", "trainer.max_steps=300")
     # smoke: online DPO and rejection sampling need a policy that solves some prompts (a 4-step SFT does not)
     algorithms = "dpo,reward_model" if smoke else PREF_ALGORITHMS
     return [train("algorithm=sft", "data.max_examples=1500", sft_steps, "seed=1", *QUIET, *small,

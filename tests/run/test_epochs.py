@@ -96,7 +96,7 @@ def test_synthetic_pairs_are_counted_too():
 
 
 def test_which_limit_wins():
-    """Epochs replace a config's step count (the quickstart's sft: 1,700); a command-line max_steps alone turns
+    """Epochs replace a config's step count (the quickstart's sft: 2,000); a command-line max_steps alone turns
     the epochs off; both on the command line: the first limit reached. 1,500 demonstrations at 64: 24 an epoch
     (the last batch short)."""
     sft, grpo = plan(TINY + ["++trainer.max_epochs=2"])
