@@ -26,7 +26,7 @@ CONFIGS = {  # label → the GRPO stage's data keys
     "adaptive: mix only": [*ADAPTIVE, "data.policy.select_prompts=false", "data.policy.adaptive_reuse=false"],
 }
 MAIN = list(CONFIGS)[:4]
-SFT = ["algorithm=sft", "data=demonstrations", "data.max_examples=1500", "trainer.max_steps=1700"]
+SFT = ["algorithm=sft", "data=demonstrations", "data.max_examples=1500", "trainer.max_steps=2000"]  # the quickstart's
 GRPO_STEPS, EVERY = 200, 20
 
 
