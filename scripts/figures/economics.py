@@ -27,7 +27,7 @@ CONFIGS = {  # label → the GRPO stage's data keys
 }
 MAIN = list(CONFIGS)[:4]
 SFT = ["algorithm=sft", "data=demonstrations", "data.max_examples=1500", "trainer.max_steps=2000"]  # the quickstart's
-GRPO_STEPS, EVERY = 200, 20
+GRPO_STEPS, EVERY = 100, 10
 
 
 def slug(label: str) -> str:
@@ -110,8 +110,8 @@ def render_for(configs: list[str]):
 
 
 register(Figure("economics", "The experience economist on the embedded task (issue 22): tokens to accuracy, per config",
-                "~1 h on an idle 2-core machine: 3 SFT + 21 GRPO runs of 200 steps (estimate)",
+                "~25 min on an idle 2-core machine: 3 SFT + 21 GRPO runs of 100 steps (estimate)",
                 commands_for([], list(CONFIGS)), render_for(list(CONFIGS))))
 register(Figure("economics_digits3", "The experience economist on 3-digit sums (`task.digits=3`): a weak SFT start",
-                "~40 min on an idle 2-core machine: 3 SFT + 12 GRPO runs of 200 steps (estimate)",
+                "~15 min on an idle 2-core machine: 3 SFT + 12 GRPO runs of 100 steps (estimate)",
                 commands_for(["task.digits=3"], MAIN), render_for(MAIN)))
