@@ -41,11 +41,12 @@ def commands_for(task: list[str], configs: list[str]):
         small = SMOKE[1:] if smoke else []
         steps = [f"trainer.max_steps={4 if smoke else GRPO_STEPS}",
                  f"callbacks.evaluate.every_n_steps={2 if smoke else EVERY}"]
-        runs = [train(*sft, *task, f"seed={s}", *QUIET, f"hydra.run.dir={out}/sft/seed{s}") for s in seeds]
-        for label in configs:  # seed-major inside a config: a stopped run still has whole configs
+        runs = []
+        for s in seeds:  # seed by seed: a stopped measurement still has every config of its first seeds
+            runs.append(train(*sft, *task, f"seed={s}", *QUIET, f"hydra.run.dir={out}/sft/seed{s}"))
             runs += [train("algorithm=grpo", *CONFIGS[label], *task, "model=hf", "recipe=tiny",
                            f"model.name_or_path={out}/sft/seed{s}/policy", *steps, f"seed={s}", *QUIET, *small,
-                           f"hydra.run.dir={out}/{slug(label)}/seed{s}") for s in seeds]
+                           f"hydra.run.dir={out}/{slug(label)}/seed{s}") for label in configs]
         return runs
     return commands
 
