@@ -245,6 +245,14 @@ def read_round(path: str | Path, tokenizer: Any, on_mismatch: str = "refuse") ->
             f"{path} was written with tokenizer {fingerprint} but the current tokenizer is {current}: "
             "its token ids mean different things here. Set data.harvest_mismatch=retokenize to re-encode "
             "the stored texts with the current tokenizer (log-probs are then dropped and recomputed).")
+    masked = [i for i, r in enumerate(records) if r.loss_mask is not None and 0 in r.loss_mask]
+    if masked:
+        raise ValueError(
+            f"{path} was written with tokenizer {fingerprint} but the current tokenizer is {current}, and "
+            f"{len(masked)} of its records (rows {masked[:5]}...) have a loss_mask (multi-turn episodes' "
+            "observations, conversations' user turns): data.harvest_mismatch=retokenize re-encodes only the "
+            "texts and cannot carry such a mask over, so the masked tokens would train. Harvest this store "
+            "with the tokenizer (model) that wrote it, or leave it out.")
     return [retokenize(r, tokenizer) for r in records]
 
 
@@ -254,7 +262,9 @@ def load_experience(directory: str | Path, tokenizer: Any,
 
     Same tokenizer fingerprint: records come back exactly as written. Different fingerprint:
     on_mismatch="refuse" raises ValueError; "retokenize" re-encodes the texts with `tokenizer` and sets
-    behaviour_logprobs/ref_logprobs to None: the caller must recompute them under the current policy.
+    behaviour_logprobs/ref_logprobs to None: the caller must recompute them under the current policy. A
+    file holding records with a loss mask that masks tokens (episodes, conversations) is refused either way:
+    their masks cannot be re-derived from the texts.
     Records with no `provenance.origin` get "<file name>:<row>"."""
     if on_mismatch not in MISMATCH_MODES:
         raise ValueError(f"data.harvest_mismatch={on_mismatch!r}: expected one of {MISMATCH_MODES}")

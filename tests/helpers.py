@@ -8,6 +8,19 @@ TINY = TINY_MODEL + ["task.num_heldout=20", "callbacks.evaluate.num_examples=20"
                      "callbacks.progress.refresh_rate=0", "logger=none"]
 
 
+# Multi-turn tool episodes, small (experiment=tool_use with the tiny model): a short SFT on teacher episodes,
+# so that the policy opens calls (a random policy almost never does; about a tenth of these GRPO episodes get an
+# observation turn), then GRPO with replay, 16 rounds of 8 prompts × 4 episodes (2 steps each; rounds short of a
+# tenth of a second would let tests/test_resume_exact.py's kill land after the last one), scored by a reward
+# that varies.
+TOOL_EPISODES = ["experiment=tool_use", "task.tool_rate=1.0", "generator.max_new_tokens=24",
+                 "stages.0.overrides=['algorithm=sft','data=episode_demonstrations','data.max_examples=128',"
+                 "'trainer.max_steps=150']",
+                 "stages.1.overrides=['algorithm=grpo','data=replay_mix','data.prompts_per_round=8',"
+                 "'algorithm.group_size=4','data.batch_size=16','trainer.max_steps=32']",
+                 "reward=function", "reward.fn._target_=tests.helpers.char_sum_scores"]
+
+
 def tiny_model(seed: int = 0):
     """(policy, tokenizer): the default Llama architecture at its smallest."""
     from models.tiny import build_tiny
