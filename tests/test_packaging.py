@@ -30,6 +30,6 @@ def test_every_top_level_package_and_train_py_are_installed():
     assert setuptools["py-modules"] == ["train"]
     found = set(find_packages(where=str(ROOT), include=setuptools["packages"]["find"]["include"]))
     top_level = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
-    assert top_level == {"policyshift", "run", "trainers", "callbacks", "data_modules", "rewards", "tasks", "generators", "models",
+    assert top_level == {"policyshift", "run", "trainers", "callbacks", "data_modules", "rewards", "envs", "tasks", "generators", "models",
                          "hardware", "losses"}
     assert top_level | {"run.validation"} <= found and not any(p.startswith("tests") for p in found)

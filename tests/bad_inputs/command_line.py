@@ -15,8 +15,8 @@ CASES: list[Case] = [
       "error: trainer.max_step=5: no `trainer.max_step` in the config; did you mean `trainer.max_steps`?",
       when="command line"),
     C("other-stage-key", "a key only another stage's group has, without ++", ("data.max_examples=5",),
-      "error: data.max_examples=5: data=fresh_rollouts has no `max_examples`, data=conversations, demonstrations has: for the "
-      "stages whose data has it, write ++data.max_examples=5", when="command line"),
+      "error: data.max_examples=5: data=fresh_rollouts has no `max_examples`, data=conversations, demonstrations, "
+      "episode_demonstrations, filtered_rollouts has: for the stages whose data has it, write ++data.max_examples=5", when="command line"),
     C("plus-existing", "'+' on a key that exists", ("+algorithm.beta=0.1",),
       "error: +algorithm.beta=0.1: `algorithm.beta` already exists; '+' only adds a new key: write algorithm.beta=0.1 "
       "to change it", when="command line"),
@@ -28,7 +28,8 @@ CASES: list[Case] = [
       "reinforce_pp, rejection_sampling, reward_model, rloo, sft, spin); did you mean algorithm=grpo?", when="command line"),
     C("experiment-typo", "a misspelled experiment", ("experiment=quickstar",),
       "error: experiment=quickstar: there is no experiment=quickstar (choices: grpo_code, instructgpt, onpolicy_vs_replay, "
-      "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, sft_then_spin, short_sft_adaptive, short_sft_dpo, short_sft_grpo, single); did you mean experiment=quickstart?",
+      "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, sft_then_spin, short_sft_adaptive, short_sft_dpo, short_sft_grpo, single, "
+      "tool_use); did you mean experiment=quickstart?",
       when="command line"),
     C("sweep-choice-typo", "a misspelled choice in a sweep", ("-m", "correction=ppo_clip,trunc_is"),
       "error: correction=ppo_clip,trunc_is: there is no correction=trunc_is (choices: masked_is, none, ppo_clip, "

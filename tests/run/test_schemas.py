@@ -33,7 +33,7 @@ def test_every_shipped_choice_passes_its_schema(hydra_conf, group, choice):
 
 def test_every_group_has_a_schema_for_each_of_its_project_targets():
     assert [key for key, _, _ in GROUPS] == ["model", "data", "algorithm", "correction", "generator", "reward",
-                                              "task", "trainer"]
+                                              "task", "trainer", "env"]
     from run.validation.schemas import data, model
     assert set(model.SCHEMAS) == {"models.tiny.build_tiny", "models.hf.load_hf"}
     assert "data_modules.replay_mix.ReplayMixDataModule" in data.SCHEMAS
