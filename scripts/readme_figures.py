@@ -37,7 +37,7 @@ from pathlib import Path
 from scripts.figures import training, bench, economics  # noqa: F401,I001  (they register their figures, in this order)
 from scripts.figures.provenance import ROOT, Provenance, header
 from scripts.figures.readme import NOTES, README, RESULTS, blocks, block_body, splice, splice_file
-from scripts.figures.registry import FIGURES, Figure
+from scripts.figures.registry import FIGURES, PENDING, Figure
 
 
 def shown(argv: list[str]) -> str:
@@ -98,16 +98,17 @@ def write(name: str, text: str, results: Path, readme: Path) -> None:
 
 
 def selected(only: str | None) -> list[Figure]:
+    known = FIGURES | PENDING  # a pending figure runs only when named
     names = [n.strip() for n in only.split(",")] if only else list(FIGURES)
-    unknown = [n for n in names if n not in FIGURES]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(f"--only: no figure named {', '.join(unknown)}; registered: {', '.join(FIGURES)}")
-    return [FIGURES[n] for n in names]
+        raise SystemExit(f"--only: no figure named {', '.join(unknown)}; registered: {', '.join(known)}")
+    return [known[n] for n in names]
 
 
 def list_figures() -> None:
-    for f in FIGURES.values():
-        print(f"{f.name}: {f.title} ({f.duration})")
+    for f in [*FIGURES.values(), *PENDING.values()]:
+        print(f"{f.name}: {f.title} ({f.duration})" + (" [pending: not yet measured]" if f.name in PENDING else ""))
         for argv in f.commands(Path(f"multirun/figures/{f.name}-<UTC time>"), False):
             print(f"    {shown(argv)}")
 

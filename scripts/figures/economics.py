@@ -6,6 +6,10 @@ step, generated tokens, wall seconds without evaluations, accuracy) against on-p
 
     economics          the embedded task (2-digit sums; the quickstart's SFT start), every config
     economics_digits3  3-digit sums (task.digits=3): the same SFT budget leaves a weak start; the main configs
+
+Both are pending (registry.PENDING): not yet measured in full. The SFT start is 1,000 demonstrations (the
+quickstart's 1,500 took seed 1 to 0.988 at the current code, where no config can show a gain: the first,
+stopped measurement's on-policy, replay and dynamic-sampling runs all ended 0.980-0.988).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ CONFIGS = {  # label → the GRPO stage's data keys
     "adaptive: mix only": [*ADAPTIVE, "data.policy.select_prompts=false", "data.policy.adaptive_reuse=false"],
 }
 MAIN = list(CONFIGS)[:4]
-SFT = ["algorithm=sft", "data=demonstrations", "data.max_examples=1500", "trainer.max_steps=2000"]  # the quickstart's
+SFT = ["algorithm=sft", "data=demonstrations", "data.max_examples=1000", "trainer.max_steps=2000"]  # a start below the ceiling
 GRPO_STEPS, EVERY = 100, 10
 
 
@@ -112,7 +116,7 @@ def render_for(configs: list[str]):
 
 register(Figure("economics", "The experience economist on the embedded task (issue 22): tokens to accuracy, per config",
                 "~25 min on an idle 2-core machine: 3 SFT + 21 GRPO runs of 100 steps (estimate)",
-                commands_for([], list(CONFIGS)), render_for(list(CONFIGS))))
+                commands_for([], list(CONFIGS)), render_for(list(CONFIGS))), pending=True)
 register(Figure("economics_digits3", "The experience economist on 3-digit sums (`task.digits=3`): a weak SFT start",
                 "~15 min on an idle 2-core machine: 3 SFT + 12 GRPO runs of 100 steps (estimate)",
-                commands_for(["task.digits=3"], MAIN), render_for(MAIN)))
+                commands_for(["task.digits=3"], MAIN), render_for(MAIN)), pending=True)
