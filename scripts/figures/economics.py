@@ -4,7 +4,7 @@ dynamic sampling, `data=adaptive`, and adaptive with one lever at a time (the ab
 steps for all, so they differ in generated tokens; the table reads each run's held-out curve (`val/curve`:
 step, generated tokens, wall seconds without evaluations, accuracy) against on-policy's.
 
-    economics          the embedded task (2-digit sums; the quickstart's SFT start), every config
+    economics          the embedded task (2-digit sums), every config
     economics_digits3  3-digit sums (task.digits=3): the same SFT budget leaves a weak start; the main configs
 
 Both are pending (registry.PENDING): not yet measured in full. The SFT start is 1,000 demonstrations (the
