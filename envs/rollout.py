@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from envs.chat_tools import ChatRendering
 from generators.base import GenerationOutput, finished, stop_ids
 from tasks.base import Example, encode_prompt
 
@@ -101,7 +102,8 @@ def run_episodes(generator, model, tokenizer, make_env, examples: list[Example],
                  greedy: bool = False, policy_version: int | None = None) -> EpisodeRound:
     """Play `make_env()` on every example (repeat examples for groups) with the policy; see the module."""
     envs = [make_env() for _ in examples]
-    episodes = [Episode(encode_prompt(tokenizer, env.reset(ex), chat)) for env, ex in zip(envs, examples)]
+    rendering = chat_rendering(envs[0], tokenizer) if envs else None
+    episodes = [Episode(first_prompt(env, ex, tokenizer, chat)) for env, ex in zip(envs, examples)]
     stops, limit = set(stop_ids(model, tokenizer)), context_limit(model)
     sequences = [encode(tokenizer, s) for s in envs[0].stop_strings] if envs else []
     active, seconds = list(range(len(episodes))), 0.0
@@ -115,7 +117,8 @@ def run_episodes(generator, model, tokenizer, make_env, examples: list[Example],
                                max_new_tokens=room)
         seconds += out.seconds
         active = [i for i, ids, lps in zip(active, out.completions, out.logprobs)
-                  if _turn(episodes[i], envs[i], tokenizer, ids, lps, stops, policy_version, out.seconds, limit)]
+                  if _turn(episodes[i], envs[i], tokenizer, ids, lps, stops, policy_version, out.seconds, limit,
+                           rendering)]
     for ep in episodes:  # episodes the full context ended: their last policy turn is the answer
         policy = [t for t in ep.turns if t.kind == "policy"]
         if not ep.final_text and policy:
@@ -128,8 +131,35 @@ def _text(tokenizer, ids: list[int], stops: set[int]) -> str:
     return tokenizer.decode(ids[:-1] if finished(ids, stops) else ids, skip_special_tokens=True)
 
 
-def _turn(ep: Episode, env, tokenizer, ids, logprobs, stops, version, seconds, limit) -> bool:
-    """Add one sampled policy turn and the environment's answer to `ep`; whether the episode goes on."""
+def chat_rendering(env, tokenizer) -> ChatRendering | None:
+    """How a chat environment's observations become ids (`observation_role = "tool"`: the template's
+    rendering of a tool message, envs/chat_tools.py); None: the observation text is encoded as it is."""
+    return ChatRendering(tokenizer) if getattr(env, "observation_role", None) == "tool" else None
+
+
+def first_prompt(env, example: Example, tokenizer, chat: bool) -> list[int]:
+    """The prompt's ids: the environment's first observation, through the chat template (with the tools'
+    schemas) for a chat environment, whatever `task.chat` says."""
+    if getattr(env, "observation_role", None) == "tool":
+        return encode_prompt(tokenizer, env.reset(example), True, tools=getattr(env, "tool_schemas", None))
+    return encode_prompt(tokenizer, env.reset(example), chat)
+
+
+def observation_ids(turn_ids: list[int], env, tokenizer, text: str, rendering: ChatRendering | None) -> list[int]:
+    """An observation's ids, its text cut to `env.max_observation_tokens` tokens first; a chat environment's
+    text is then wrapped as the template renders a tool message after the policy turn `turn_ids`."""
+    ids = encode(tokenizer, text)
+    if rendering is None:
+        return ids[: env.max_observation_tokens]
+    if len(ids) > env.max_observation_tokens:
+        text = tokenizer.decode(ids[: env.max_observation_tokens])
+    closed = bool(turn_ids) and turn_ids[-1] == rendering.turn_end_id
+    return rendering.observation_ids(text, turn_closed=closed)
+
+
+def _turn(ep: Episode, env, tokenizer, ids, logprobs, stops, version, seconds, limit, rendering=None) -> bool:
+    """Add one sampled policy turn and the environment's answer to `ep`; whether the episode goes on (a
+    tag-format call ends its turn at the close tag; a chat call at the turn-end id, after its block)."""
     ep.add_policy(ids, logprobs, version, seconds)
     text = _text(tokenizer, ids, stops)
     result = env.step(text)
@@ -138,11 +168,11 @@ def _turn(ep: Episode, env, tokenizer, ids, logprobs, stops, version, seconds, l
     ep.tool_calls += result.tool is not None
     ep.malformed += result.malformed
     ep.tool_seconds += result.seconds
-    called = any(text.endswith(s) for s in env.stop_strings)
+    called = any(text.endswith(s) for s in env.stop_strings) or (rendering is not None and finished(ids, stops))
     if result.done or result.observation is None or not called or ep.policy_turns >= env.max_turns:
         ep.final_text = text
         return False
-    obs = encode(tokenizer, result.observation)[: env.max_observation_tokens]
+    obs = observation_ids(ids, env, tokenizer, result.observation, rendering)
     if limit is not None and len(ep.prompt_ids) + len(ep.completion_ids) + len(obs) >= limit:
         ep.final_text = text  # no room for the observation and a turn after it
         return False
@@ -154,10 +184,12 @@ def play(env, tokenizer, example: Example, turns: list[str], chat: bool = False)
     """A scripted episode: `turns` (a teacher's policy turns, as text) played against `env`, the
     observations appended exactly as in `run_episodes`; the last turn ends with eos. Behaviour log-probs
     are 0.0 (no policy sampled them): SFT demonstrations (data_modules/episode_demonstrations.py)."""
-    ep = Episode(encode_prompt(tokenizer, env.reset(example), chat))
+    rendering = chat_rendering(env, tokenizer)
+    ep = Episode(first_prompt(env, example, tokenizer, chat))
     for i, text in enumerate(turns):
         last = i == len(turns) - 1
-        ids = encode(tokenizer, text) + ([tokenizer.eos_token_id] if last else [])
+        end = [rendering.turn_end_id] if rendering is not None else [tokenizer.eos_token_id] if last else []
+        ids = encode(tokenizer, text) + end
         ep.add_policy(ids, [0.0] * len(ids), None, 0.0)
         result = env.step(text)
         if last:
@@ -165,7 +197,7 @@ def play(env, tokenizer, example: Example, turns: list[str], chat: bool = False)
         if result.observation is None:
             raise ValueError(f"demonstration of {example.prompt!r}: turn {i} ({text!r}) got no observation")
         ep.tool_calls += result.tool is not None
-        ep.add_observation(encode(tokenizer, result.observation)[: env.max_observation_tokens], result.tool,
+        ep.add_observation(observation_ids(ids, env, tokenizer, result.observation, rendering), result.tool,
                            result.seconds, result.malformed)
     ep.final_text = turns[-1]
     return ep

@@ -27,16 +27,32 @@ BPE_VOCAB_SIZE = 500
 QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
-# Qwen2.5's ChatML template without its default system message and tool list: <|im_start|>{role}\n{content}<|im_end|>\n
+# Qwen2.5's ChatML template without its default system message: <|im_start|>{role}\n{content}<|im_end|>\n
 # per message, then <|im_start|>assistant\n when a reply is to be generated. Tool use as Qwen2.5-Instruct's
 # template writes it: an assistant message's `tool_calls` follow its content, one
 # `\n<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>` each (a call may be wrapped in `function`,
 # as OpenAI's format has it); a run of consecutive `tool` messages is ONE user turn of
 # `\n<tool_response>\n{content}\n</tool_response>` blocks (so a rendering that ends inside the run closes a
 # turn that a longer one keeps open: data_modules/conversations.py cuts turns at assistant messages only).
-CHAT_TEMPLATE = (
+# With `tools=` (a list of JSON schemas), Qwen2.5-Instruct's system turn lists them and says how to call one
+# (its default system sentence shortened; a first `system` message replaces it, as Qwen's does).
+TOOLS_SYSTEM = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}"
+    "{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
+    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' }}"
+    "{{- 'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments '"
+    " + 'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, '"
+    " + '\"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- endif %}"
+)
+CHAT_TEMPLATE = TOOLS_SYSTEM + (
     "{%- for message in messages %}"
-    "{%- if message['role'] == 'assistant' and message.get('tool_calls') %}"
+    "{%- if tools and loop.first and message['role'] == 'system' %}"
+    "{%- elif message['role'] == 'assistant' and message.get('tool_calls') %}"
     "{{- '<|im_start|>assistant' }}"
     "{%- if message['content'] %}{{- '\\n' + message['content'] }}{%- endif %}"
     "{%- for call in message['tool_calls'] %}"

@@ -25,12 +25,14 @@ class Task:
     chat: bool = False
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool) -> list[int]:
-    """Prompt text → token ids, through the chat template when asked (with the generation prompt)."""
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool,
+                  tools: list[dict] | None = None) -> list[int]:
+    """Prompt text → token ids, through the chat template when asked (with the generation prompt; `tools`:
+    JSON schemas the template lists, for a chat tool environment)."""
     if chat:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("task.chat=true but the tokenizer has no chat template")
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], tools=tools,
                                             add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
     return tokenizer(text)["input_ids"]

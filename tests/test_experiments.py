@@ -12,7 +12,8 @@ from omegaconf import open_dict
 from run.stages import plan_stages, run_stage, set_run_fields
 from run.validation.config import validate
 from tests.conftest import CONF
-from tests.helpers import TINY
+from models.synthetic import write_qwen_like
+from tests.helpers import CHAT_MODEL, TINY, TINY_MODEL
 
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF) / "experiment").glob("*.yaml"))
 ALGORITHMS = sorted(p.stem for p in (Path(CONF) / "algorithm").glob("*.yaml"))
@@ -63,9 +64,16 @@ def run_all_stages(hydra_conf, overrides, tmp_path):
     return stages
 
 
+HF_EXPERIMENTS = {"tool_use_chat"}  # model=hf: run on the synthetic ChatML model (a long context: tools in the prompt)
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_runs_a_few_steps(hydra_conf, tmp_path, experiment):
-    stages = run_all_stages(hydra_conf, [f"experiment={experiment}"] + TINY, tmp_path)
+    small = TINY
+    if experiment in HF_EXPERIMENTS:
+        folder = write_qwen_like(tmp_path / "chat", tokenizer="bpe", **{**CHAT_MODEL, "max_position_embeddings": 1024})
+        small = [f"model.name_or_path={folder}", *TINY[len(TINY_MODEL):]]
+    stages = run_all_stages(hydra_conf, [f"experiment={experiment}", *small], tmp_path)
     assert stages
 
 
