@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from data_modules.experience import ExperienceRecord
 from envs.rollout import Episode, run_episodes
-from generators.base import GenerationOutput, completion_texts, stop_ids
+from generators.base import GenerationOutput, completion_texts, stop_ids, weights_held
 from tasks.base import Example
 
 
@@ -30,7 +30,8 @@ def sample(generator, policy, tokenizer, prompts: list[list[int]], examples: lis
     if env is None:
         out = generator.sample(policy, tokenizer, prompts, greedy=greedy)
         return Sampled(out, completion_texts(tokenizer, out.completions, stop_ids(policy, tokenizer)))
-    played = run_episodes(generator, policy, tokenizer, env, examples, chat, greedy, policy_version)
+    with weights_held(generator):  # no optimizer step inside a round: vLLM syncs once, not every turn
+        played = run_episodes(generator, policy, tokenizer, env, examples, chat, greedy, policy_version)
     return Sampled(played.output(), [e.final_text for e in played.episodes], played.episodes, played.stats())
 
 

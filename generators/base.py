@@ -8,6 +8,7 @@ unless `ignore_eos`; and everything that asks whether a completion finished (rol
 text) asks with the same ids. Engines: generators/hf.py (a KV-cached loop), generators/vllm.py."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 
@@ -47,3 +48,11 @@ def completion_texts(tokenizer, completions: list[list[int]], stops: list[int]) 
     stop_set = set(stops)
     return tokenizer.batch_decode([c[:-1] if finished(c, stop_set) else c for c in completions],
                                   skip_special_tokens=True)
+
+
+def weights_held(generator):
+    """A block in which the caller promises the policy's weights do not change (an episode round samples
+    once per turn): the engine's `weights_held()` where it has one (generator=vllm then syncs the weights
+    once, not every turn), else nothing."""
+    held = getattr(generator, "weights_held", None)
+    return held() if held is not None else nullcontext()

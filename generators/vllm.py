@@ -12,8 +12,20 @@ so weights are handed over by reference), from the policy's config and tokenizer
 (`load_format=dummy`). Before every round the policy's weights (LoRA merged arithmetically, the policy
 untouched) are copied into the engine with vLLM's in-place `reload_weights` and the prefix cache is
 reset: cached prompt blocks would otherwise carry activations of the old weights. Weights are synced
-every round: a change check would have to read every weight anyway (as much as the copy), and
+on every call: a change check would have to read every weight anyway (as much as the copy), and
 parameter version counters miss fused optimizers (`AdamW(fused=True)` leaves `_version` unchanged).
+The one exception is explicit: inside `with generator.weights_held():` (an episode round, one call per
+turn, callbacks/episodes.py) only the first call with a given model syncs; the caller vouches that no
+weight changes inside the block. The prefix cache then also carries each episode's earlier turns over.
+
+Episodes (envs/rollout.py) pass `stop_sequences` (id lists, a tool call's close tag) and a per-call
+`max_new_tokens`, with the HF loop's rule: a completion also ends once its ids end with a stop sequence
+(`completion_end`). vLLM has no token-sequence stop, so each sequence's text is passed as a stop string
+(an early exit only) and the ids are cut after the first position where a stop id or a stop sequence
+ends. Sampling is causal, so the kept prefix and its log-probs are exactly what a stopping engine would
+have sampled. A text match that is not an id match (the same text in other tokens) stopped the engine
+too early: that row is continued from its ids so far (prompt + ids, the rest of its token budget), a draw
+from the same conditional distribution, until an id match, a stop id or the budget.
 
 `exact_logprobs = False`: vLLM's kernels differ from the trainer's forward; with `dtype=float32` on CPU
 the measured gap on the tiny policy is ~1e-6 (tests/generators/test_vllm.py), in bf16 it is larger.
@@ -30,6 +42,7 @@ import random
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -103,10 +116,19 @@ def _merged_lora_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
         yield key, t
 
 
-def cut_at_stop(ids: list[int], stops: list[int]) -> list[int]:
-    """`ids` up to and including the first stop id (all of them when there is none)."""
+def completion_end(ids: list[int], stops: list[int], sequences: list[list[int]] = ()) -> int | None:
+    """The length of `ids` cut after the first token that is a stop id or ends a stop sequence (the HF
+    loop's rule, generators/hf.py `sample_tokens`), or None when nothing in `ids` ends it."""
     stop_set = set(stops)
-    return next((ids[: i + 1] for i, t in enumerate(ids) if t in stop_set), ids)
+    for i, t in enumerate(ids):
+        if t in stop_set or any(i + 1 >= len(s) and ids[i + 1 - len(s): i + 1] == s for s in sequences):
+            return i + 1
+    return None
+
+
+def cut_at_stop(ids: list[int], stops: list[int], sequences: list[list[int]] = ()) -> list[int]:
+    """`ids` up to and including the first stop id or stop sequence (all of them when there is none)."""
+    return ids[: completion_end(ids, stops, sequences) or len(ids)]
 
 
 def _plain(node) -> dict:
@@ -145,6 +167,7 @@ class VLLMGenerator:
             enforce_eager=enforce_eager, seed=seed, max_num_seqs=batch_size, **_plain(engine_kwargs))
         self.llm = None
         self.startup_seconds = self.sync_seconds = 0.0
+        self._held, self._synced = False, None  # weights_held(): the model the engine holds the weights of
 
     @property
     def sampling(self) -> dict:
@@ -152,35 +175,64 @@ class VLLMGenerator:
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                 "max_new_tokens": self.max_new_tokens, "vllm_version": self.version}
 
+    @contextmanager
+    def weights_held(self):
+        """Within the block the caller promises that the policy's weights do not change (an episode round:
+        one `sample` per turn): only the first call with a given model syncs. Nothing is skipped outside."""
+        self._held, self._synced = True, None
+        try:
+            yield self
+        finally:
+            self._held, self._synced = False, None
+
     def sample(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-               prompts: list[list[int]], greedy: bool = False) -> GenerationOutput:
-        """Generate one completion per prompt with the policy's current weights (synced first)."""
+               prompts: list[list[int]], greedy: bool = False, stop_sequences: list[list[int]] | None = None,
+               max_new_tokens: int | None = None) -> GenerationOutput:
+        """Generate one completion per prompt with the policy's current weights (synced first, see
+        `weights_held`). An episode's policy turn also stops at `stop_sequences` (id lists) and may take
+        fewer tokens than the generator's `max_new_tokens` (the module's docstring: how)."""
         start = time.perf_counter()
         if self.llm is None:
             self._build(model, tokenizer)  # loads the current weights: nothing to sync
             start = time.perf_counter()  # start-up is a one-off, kept out of `seconds`
-        else:
+        elif not (self._held and self._synced is model):
             self.sync_weights(model)
-        from vllm import SamplingParams
+        self._synced = model if self._held else None
         from vllm.inputs import TokensPrompt
 
+        sequences = [] if self.ignore_eos else [list(s) for s in stop_sequences or ()]
+        if any(not s for s in sequences):
+            raise ValueError("an empty stop sequence would end every completion at its first token")
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         stops = stop_ids(model, tokenizer)
-        params = SamplingParams(
-            n=1, temperature=0.0 if greedy else self.temperature, top_p=1.0 if greedy else self.top_p,
-            top_k=0 if greedy else self.top_k, max_tokens=self.max_new_tokens, ignore_eos=self.ignore_eos,
-            stop_token_ids=None if self.ignore_eos else stops,
-            logprobs=None if greedy else 0, detokenize=False)
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
-                                    use_tqdm=False)
-        completions, logprobs = [], []
-        for out in outputs:
-            ids = list(out.outputs[0].token_ids)
-            if not self.ignore_eos:  # vLLM stops there already: a guard, with the HF loop's rule
-                ids = cut_at_stop(ids, stops)
-            completions.append(ids)
-            logprobs.append([0.0] * len(ids) if greedy else
-                            [step[t].logprob for t, step in zip(ids, out.outputs[0].logprobs)])
+        texts = [t for t in dict.fromkeys(tokenizer.decode(s, skip_special_tokens=True) for s in sequences) if t]
+        completions, logprobs = [[] for _ in prompts], [[] for _ in prompts]
+        rows = list(range(len(prompts)))
+        while rows:  # once, unless a stop string matched text that its ids do not end with
+            params = [self._params(greedy, limit - len(completions[i]), stops, texts) for i in rows]
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(prompts[i]) + completions[i])
+                                         for i in rows], params, use_tqdm=False)
+            going = []
+            for i, out in zip(rows, outputs):
+                ids, steps = list(out.outputs[0].token_ids), out.outputs[0].logprobs
+                completions[i] += ids
+                logprobs[i] += [0.0] * len(ids) if greedy else [step[t].logprob for t, step in zip(ids, steps)]
+                end = None if self.ignore_eos else completion_end(completions[i], stops, sequences)
+                if end is not None:  # vLLM stops at stop ids already: a guard, with the HF loop's rule
+                    completions[i], logprobs[i] = completions[i][:end], logprobs[i][:end]
+                elif isinstance(out.outputs[0].stop_reason, str) and len(completions[i]) < limit and ids:
+                    going.append(i)
+            rows = going
         return GenerationOutput(completions, logprobs, time.perf_counter() - start)
+
+    def _params(self, greedy: bool, max_tokens: int, stops: list[int], texts: list[str]):
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=1, temperature=0.0 if greedy else self.temperature, top_p=1.0 if greedy else self.top_p,
+            top_k=0 if greedy else self.top_k, max_tokens=max_tokens, ignore_eos=self.ignore_eos,
+            stop_token_ids=None if self.ignore_eos else stops, stop=texts or None,
+            include_stop_str_in_output=True, logprobs=None if greedy else 0, detokenize=bool(texts))
 
     def sync_weights(self, model: PreTrainedModel) -> None:
         """Copy the policy's weights into the engine in place, then drop the prefix cache."""

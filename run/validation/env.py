@@ -1,7 +1,8 @@
 """Checks of the `env` group across keys (docs/episodes.md): what an environment runs with. Episodes are
-sampled by the HF generator only, trained by the GRPO family (group advantages over whole episodes) or
-used for SFT data and held-out evaluation, in one process (the round's tool statistics and generated-token
-count are not gathered over ranks yet); data=episode_demonstrations needs an environment."""
+sampled by the HF or the vLLM generator (the engines whose `sample` takes stop sequences and a per-turn
+token limit), trained by the GRPO family (group advantages over whole episodes) or used for SFT data and
+held-out evaluation, in one process (the round's tool statistics and generated-token count are not
+gathered over ranks yet); data=episode_demonstrations needs an environment."""
 from __future__ import annotations
 
 from omegaconf import DictConfig
@@ -9,7 +10,7 @@ from omegaconf import DictConfig
 from hardware.processes import world_size_of
 from run.validation.values import raw
 
-EPISODE_GENERATORS = ("generators.hf.HFGenerator",)
+EPISODE_GENERATORS = ("generators.hf.HFGenerator", "generators.vllm.VLLMGenerator")
 EPISODE_TRAINERS = ("trainers.grpo.GRPOModule", "trainers.sft.SFTModule")
 
 
@@ -25,8 +26,8 @@ def check_env(cfg: DictConfig, errors: list[str]) -> None:
                       f"`_partial_: true` to the env node")
     generator = raw(cfg, "generator._target_")
     if generator not in EPISODE_GENERATORS:
-        errors.append(f"env={target} needs generator=hf: multi-turn episodes are sampled by the HF loop only "
-                      f"(generator._target_={generator})")
+        errors.append(f"env={target} needs generator=hf or generator=vllm: multi-turn episodes are sampled by "
+                      f"those engines only (generator._target_={generator})")
     algorithm = raw(cfg, "algorithm._target_")
     if algorithm not in EPISODE_TRAINERS:
         errors.append(f"env={target} with algorithm={raw(cfg, 'algorithm.name')}: episodes train with the GRPO "
