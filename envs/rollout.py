@@ -1,8 +1,8 @@
 """Episodes: policy turns and observation turns as one token sequence (docs/episodes.md).
 
 `run_episodes` plays one environment per example (envs/base.py) against the policy. Each round of the
-loop samples the next policy turn of every unfinished episode in one batched generator call (the HF
-generator's KV-cached loop, stopping at eos or at a tool call's close tag), asks each episode's
+loop samples the next policy turn of every unfinished episode in one batched generator call (generator=hf
+or vllm, stopping at a stop id or at a tool call's close tag), asks each episode's
 environment for its observation, and appends the observation's token ids. The next turn is sampled from
 the exact ids so far (prompt + every turn's ids, re-prefilled: the ids, never a re-tokenisation of the
 text; one prefill per turn, a cost that is small next to the decode of a turn).
@@ -165,7 +165,7 @@ def _turn(ep: Episode, env, tokenizer, ids, logprobs, stops, version, seconds, l
     result = env.step(text)
     if result.reward is not None:
         ep.env_rewards.append(float(result.reward))
-    ep.tool_calls += result.tool is not None
+    ep.tool_calls += result.tool is not None or result.malformed  # a call, well-formed or not
     ep.malformed += result.malformed
     ep.tool_seconds += result.seconds
     called = any(text.endswith(s) for s in env.stop_strings) or (rendering is not None and finished(ids, stops))
@@ -196,7 +196,7 @@ def play(env, tokenizer, example: Example, turns: list[str], chat: bool = False)
             break
         if result.observation is None:
             raise ValueError(f"demonstration of {example.prompt!r}: turn {i} ({text!r}) got no observation")
-        ep.tool_calls += result.tool is not None
+        ep.tool_calls += result.tool is not None or result.malformed  # a call, well-formed or not
         ep.add_observation(observation_ids(ids, env, tokenizer, result.observation, rendering), result.tool,
                            result.seconds, result.malformed)
     ep.final_text = turns[-1]

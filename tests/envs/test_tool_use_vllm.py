@@ -14,8 +14,14 @@ import pytest
 
 vllm = pytest.importorskip("vllm")
 
+from transformers import AutoTokenizer  # noqa: E402
+
 from data_modules.store import load_experience  # noqa: E402
+from envs.chat_tools import ChatRendering  # noqa: E402
+from models.synthetic import write_qwen_like  # noqa: E402
 from models.tokenizer import build_char_tokenizer  # noqa: E402
+from tests.envs.test_tool_use_e2e import CHAT_STAGES  # noqa: E402
+from tests.helpers import CHAT_MODEL  # noqa: E402
 from tests.test_train_e2e import train  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -56,3 +62,28 @@ def test_tool_use_runs_its_episodes_with_vllm(tmp_path):
                 span = slice(after["start"], after["start"] + after["length"])
                 assert set(r.loss_mask[span]) == {0} and set(r.behaviour_logprobs[span]) == {0.0}
     assert observed > 0
+
+
+def test_tool_use_chat_runs_its_two_turn_episodes_with_vllm(tmp_path):
+    """experiment=tool_use_chat (model=hf, the chat template's <tool_call> format) with generator=vllm: the
+    rollouts call the calculator, and each stored observation is the template's rendering of a tool message
+    after a turn that vLLM ended at the turn-end id."""
+    model = write_qwen_like(tmp_path / "chat", tokenizer="bpe", **{**CHAT_MODEL, "max_position_embeddings": 1024})
+    out, store = tmp_path / "run", tmp_path / "store"
+    proc = train("experiment=tool_use_chat", "generator=vllm", f"model.name_or_path={model}", CHAT_STAGES,
+                 "task.num_heldout=8", "callbacks.evaluate.num_examples=8", "callbacks.progress.refresh_rate=0",
+                 "logger=none", f"++data.store={store}", f"hydra.run.dir={out}", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grpo = json.loads((out / "summary.json").read_text())["grpo"]
+    assert grpo["cost/tool_calls"] > 0 and grpo["rollout/tool_calls_per_episode_mean"] > 0
+    tok = AutoTokenizer.from_pretrained(model)
+    rendering, records = ChatRendering(tok), load_experience(store, tok)
+    assert {r.provenance.generator for r in records} == {"vllm"}
+    two_turn = [r for r in records if any(t["kind"] == "observation" for t in r.turns)]
+    assert two_turn
+    for r in two_turn:
+        call, obs = r.turns[0], r.turns[1]
+        assert r.completion_ids[call["start"] + call["length"] - 1] == rendering.turn_end_id
+        ids = r.completion_ids[obs["start"]: obs["start"] + obs["length"]]
+        content = tok.decode(ids).split("<tool_response>\n", 1)[1].split("\n</tool_response>", 1)[0]
+        assert ids == rendering.observation_ids(content, turn_closed=True)
