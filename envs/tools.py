@@ -1,6 +1,7 @@
 """Tools an environment may call: plain Python callables `fn(arguments: str) -> str` named by `_target_`
 (with `_partial_: true`). A tool raises ValueError (or any Exception) on arguments it cannot use; the
-environment turns that into an observation saying so, never a crash."""
+environment turns that into an observation saying so, never a crash. `calculator` is pure Python (an AST
+walk); `python` runs model-written code, so only ever inside the sandbox (conf/env/python_tool.yaml)."""
 from __future__ import annotations
 
 import ast
@@ -54,3 +55,20 @@ def _bounded(value, max_digits: int):
                                                                           and magnitude >= 10.0 ** max_digits):
         raise ValueError(f"result has more than {max_digits} digits")
     return value
+
+
+def python(code: str, sandbox, max_chars: int) -> str:
+    """Run a Python program and return what it printed: always inside the OS sandbox that code rewards use
+    (rewards/sandbox.py: namespaces, a read-only minimal root, no network, CPU/memory/process/time limits),
+    never in this process. A program that fails or times out raises ValueError with the tail of its stderr,
+    which the environment turns into an observation `error: ...`. Output is cut to `max_chars` characters."""
+    if not isinstance(code, str) or not code.strip():
+        raise ValueError("no code to run")
+    result = sandbox.run({"main.py": code}, ["main.py"])
+    out = result.stdout.decode("utf-8", "replace")
+    if result.timed_out:
+        raise ValueError(f"timed out after {sandbox.wall_seconds:g} s")
+    if result.returncode != 0:
+        lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise ValueError(lines[-1] if lines else f"exit status {result.returncode}")
+    return out[:max_chars].rstrip("\n")

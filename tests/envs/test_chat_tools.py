@@ -137,3 +137,23 @@ def test_a_long_tool_result_is_cut_before_the_template_wraps_it(tok):
     cut = tok.decode(tok(str(2**90), add_special_tokens=False)["input_ids"][:2])
     assert ids == rendering.observation_ids(cut, turn_closed=True)
     assert tok.decode(ids).endswith("<|im_start|>assistant\n")  # the next turn's header is never cut
+
+
+def test_the_python_tool_runs_model_code_only_in_the_sandbox(hydra_conf):
+    """env=chat_python: the config builds the sandbox (never an in-process exec); the schema offers `code`
+    only; a program's output, its failure and an escape attempt all come back as observations."""
+    from hydra.utils import instantiate
+
+    cfg = hydra_conf(["env=chat_python"])
+    env = instantiate(cfg.env)()
+    sandbox = env.tools["python"].keywords["sandbox"]
+    assert sandbox.backend in ("bwrap", "unshare")  # isolation, never rlimits alone (allow_weak is false)
+    assert env.tool_schemas[0]["function"]["parameters"]["properties"] == {"code": {"type": "string"}}
+    env.reset(EXAMPLE)
+    run = env.step(call_text("python", {"code": "print(123 * 45)"}))
+    assert (run.observation, run.tool, run.malformed) == ("5535", "python", False) and run.seconds > 0
+    failed = env.step(call_text("python", {"code": "1 / 0"}))
+    assert failed.malformed and failed.observation.startswith("error: ZeroDivisionError")
+    seen = env.step(call_text("python", {"code": "import os; print(os.path.exists('/work'), os.environ.get('HOME'))"}))
+    assert seen.observation == "False None"  # the host's files and environment are out of reach
+    assert "error: tool call limit (3)" in env.step(call_text("python", {"code": "print(1)"})).observation
