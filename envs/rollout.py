@@ -32,6 +32,7 @@ class Turn:
     tool: str | None = None  # observation turns: the tool that answered (None: no tool, e.g. an error)
     seconds: float = 0.0  # policy turns: the batched turn's generation seconds; observations: the tool's
     malformed: bool = False
+    reward: float | None = None  # policy turns: the environment's reward for the turn (None: none given)
 
 
 @dataclass
@@ -165,6 +166,7 @@ def _turn(ep: Episode, env, tokenizer, ids, logprobs, stops, version, seconds, l
     result = env.step(text)
     if result.reward is not None:
         ep.env_rewards.append(float(result.reward))
+        ep.turns[-1].reward = float(result.reward)
     ep.tool_calls += result.tool is not None or result.malformed  # a call, well-formed or not
     ep.malformed += result.malformed
     ep.tool_seconds += result.seconds

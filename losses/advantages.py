@@ -128,3 +128,32 @@ def groups_with_signal(rewards: torch.Tensor, group_ids: torch.Tensor, eps: floa
         return torch.zeros(0, dtype=torch.bool)
     _, inv, _, _, std = _group_stats(rewards, group_ids)
     return (std >= eps)[inv]
+
+
+def turn_returns(rewards: list[float], gamma: float) -> list[float]:
+    """The discounted reward-to-go of each policy turn of an episode: G_t = Σ_{k≥t} γ^(k−t) · r_k, r_k the
+    reward that turn k earned (the environment's per-turn reward; the last turn also carries the outcome)."""
+    out, running = [], 0.0
+    for r in reversed(rewards):
+        running = r + gamma * running
+        out.append(running)
+    return out[::-1]
+
+
+def turn_advantages(advantage_fn, returns: list[list[float]], group_ids: list[int]) -> list[list[float]]:
+    """Per-turn advantages of episodes (`algorithm.turn_credit=per_turn`): turn t of episode i is compared
+    with turn t of the other episodes of its group that reached it, by the stage's own advantage
+    (`advantage_fn(rewards [N], group_ids [N])`, e.g. group-relative), i.e. the group (g, t) of G_{i,t}.
+    With one turn per episode, or with γ = 1 and no per-turn rewards (every G_{i,t} = the episode's
+    reward) and every episode of a group as long, turn 0 is exactly the episode-level advantage.
+    returns[i]: G_{i,0..T_i−1}; → the advantages, same shape."""
+    flat = [(i, t, g) for i, (row, g) in enumerate(zip(returns, group_ids)) for t in range(len(row))]
+    if not flat:
+        return [[] for _ in returns]
+    keys = {(g, t): k for k, (g, t) in enumerate(dict.fromkeys((g, t) for _, t, g in flat))}
+    values = torch.tensor([returns[i][t] for i, t, _ in flat], dtype=torch.float)
+    adv, _ = advantage_fn(values, torch.tensor([keys[(g, t)] for _, t, g in flat]))
+    out = [[0.0] * len(row) for row in returns]
+    for (i, t, _), a in zip(flat, adv.tolist()):
+        out[i][t] = a
+    return out

@@ -11,18 +11,24 @@ import torch
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord
 from generators.base import finished, stop_ids
+from losses.advantages import turn_advantages, turn_returns
 from losses.common import aggregate
 from losses.overlong import overlong_penalty, truncated
 from trainers.rollout import RolloutModule
+
+TURN_CREDITS = ("outcome", "per_turn")
 
 
 class GRPOModule(RolloutModule):
     """group_size samples per prompt; μ = epochs_per_round passes over each round; β·KL(π‖π_ref)."""
 
     def __init__(self, advantage: Callable, dynamic_sampling: bool, max_gen_batches: int,
-                 overlong_cache: int | None, overlong_max_len: int, overlong_filter: bool, **kwargs):
+                 overlong_cache: int | None, overlong_max_len: int, overlong_filter: bool,
+                 turn_credit: str = "outcome", turn_gamma: float = 1.0, **kwargs):
         super().__init__(**kwargs)
-        self.advantage_fn = advantage
+        if turn_credit not in TURN_CREDITS:
+            raise ValueError(f"algorithm.turn_credit={turn_credit!r}: choose one of {', '.join(TURN_CREDITS)}")
+        self.advantage_fn, self.turn_credit, self.turn_gamma = advantage, turn_credit, turn_gamma
         self.dynamic_sampling, self.max_gen_batches = dynamic_sampling, max_gen_batches  # read by RegenerateExperience
         self.overlong_cache, self.overlong_max_len = overlong_cache, overlong_max_len
         self.overlong_filter = overlong_filter
@@ -38,12 +44,34 @@ class GRPOModule(RolloutModule):
         adv, stats = self.advantage_fn(shaped, groups)
         for r, a in zip(records, adv.tolist()):
             r.advantage = a
+        if self.turn_credit == "per_turn":
+            self._credit_turns(records, shaped.tolist())
         self.last_round_stats = {k: float(v) for k, v in stats.items()} | overlong
         if self.overlong_filter:
             cut = self._truncated(records).tolist()
             records = [r for r, c in zip(records, cut) if not c]
         self.annotate_reference(records)
         return records
+
+    def _credit_turns(self, records: list[ExperienceRecord], shaped: list[float]) -> None:
+        """turn_credit=per_turn: each policy turn's tokens get their turn's advantage (losses/advantages.py
+        `turn_advantages` of the discounted reward-to-go; the scored reward, less the per-turn rewards it
+        holds, is the last turn's); observation tokens 0 (they carry no loss). A record without turns is
+        one turn. Sets `token_advantages`, and `advantage` to the first turn's (priorities, logs)."""
+        spans, returns = [], []
+        for r, total in zip(records, shaped):
+            policy = [t for t in r.turns or () if t["kind"] == "policy"] or [
+                {"start": 0, "length": len(r.completion_ids), "reward": None}]
+            rewards = [t.get("reward") or 0.0 for t in policy]
+            rewards[-1] += total - sum(rewards)
+            spans.append(policy)
+            returns.append(turn_returns(rewards, self.turn_gamma))
+        advantages = turn_advantages(self.advantage_fn, returns, [r.group_id for r in records])
+        for r, policy, adv in zip(records, spans, advantages):
+            tokens = [0.0] * len(r.completion_ids)
+            for turn, a in zip(policy, adv):
+                tokens[turn["start"]: turn["start"] + turn["length"]] = [a] * turn["length"]
+            r.token_advantages, r.advantage = tokens, adv[0]
 
     def _truncated(self, records: list[ExperienceRecord]) -> torch.Tensor:
         stops = set(stop_ids(self.policy, self.tokenizer))
@@ -65,5 +93,9 @@ class GRPOModule(RolloutModule):
     def micro_loss(self, batch: ExperienceBatch):
         logp = self.sequence_logprobs(self.policy, batch)
         self.keep_logps(logp)
-        per_token, metrics = self.policy_loss(batch, logp, batch.advantages)
+        advantages = batch.token_advantages if self.turn_credit == "per_turn" else batch.advantages
+        if advantages is None:
+            raise RuntimeError("algorithm.turn_credit=per_turn: a batch has records without per-token advantages "
+                               "(annotated by another run or before the setting changed)")
+        per_token, metrics = self.policy_loss(batch, logp, advantages)
         return aggregate(per_token, batch.completion_mask, self.loss_agg_mode, self.loss_max_len), metrics

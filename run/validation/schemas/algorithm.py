@@ -68,6 +68,8 @@ class Algorithm(OpenNode):
     overlong_cache: optional(PositiveInt, "(off)") = None
     overlong_max_len: PositiveInt = None
     overlong_filter: Bool = None
+    turn_credit: choice("outcome", "per_turn") = None
+    turn_gamma: must(Annotated[float, Field(ge=0, le=1)], "in [0, 1]") = None
     optimizer: Optimizer = None
     scheduler: Scheduler | None = None
 
