@@ -246,27 +246,37 @@ class RegenerateExperience(L.Callback):
                                 rewards=per_source | {self.reward.name: score}, reward=score)
 
     def _add_tools(self, stats: dict[str, float], episodes: int) -> None:
-        """Add one sampling batch's tool statistics (envs/rollout.py) to the round's and the stage's."""
+        """Add one sampling batch's tool statistics (envs/rollout.py) to this rank's round."""
         if not stats:
             return
         if not self.round_tools:
             self.round_tools = {k: 0.0 for k in self.tool_totals}
         for k in self.tool_totals:
-            v = episodes if k == "episodes" else stats[k]
-            self.round_tools[k] += v
-            self.tool_totals[k] += v
+            self.round_tools[k] += episodes if k == "episodes" else stats[k]
+
+    def _gather_tools(self) -> None:
+        """With ranks: the round's tool statistics summed over every rank (each played its shard), so that
+        the round's metrics, the stage's totals and the generated-token count see the whole round."""
+        if self.env is None or distributed.world_size() == 1:
+            return
+        keys = list(self.tool_totals)
+        summed = distributed.reduce_sum([(self.round_tools or {}).get(k, 0.0) for k in keys])
+        self.round_tools = dict(zip(keys, summed))
 
     def _tool_round(self) -> dict[str, float]:
         """The round's rollout/tool_* metrics and the stage's cost/tool_* totals (env set), then reset."""
         r, self.round_tools = self.round_tools, {}
         if not r:
             return {}
+        for k in self.tool_totals:
+            self.tool_totals[k] += r[k]
         n, t = max(r["episodes"], 1.0), self.tool_totals
         return {"rollout/tool_calls_per_episode": r["tool_calls"] / n, "rollout/tool_malformed": r["tool_malformed"],
                 "rollout/observation_tokens_per_episode": r["observation_tokens"] / n,
                 "cost/tool_seconds": t["tool_seconds"], "cost/tool_calls": t["tool_calls"]}
 
     def _account(self, trainer, pl_module, prompt_tokens, out, report, rewards, mismatch):
+        self._gather_tools()
         mean = sum(rewards) / len(rewards) if rewards else float("nan")
         # an episode's observation tokens were appended, not generated (their count: rollout/observation_tokens_*)
         gen_tokens = sum(len(c) for c in out.completions) - int(self.round_tools.get("observation_tokens", 0))

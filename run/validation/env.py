@@ -1,13 +1,12 @@
 """Checks of the `env` group across keys (docs/episodes.md): what an environment runs with. Episodes are
 sampled by the HF or the vLLM generator (the engines whose `sample` takes stop sequences and a per-turn
 token limit), trained by the GRPO family (group advantages over whole episodes) or used for SFT data and
-held-out evaluation, in one process (the round's tool statistics and generated-token count are not
-gathered over ranks yet); data=episode_demonstrations needs an environment."""
+held-out evaluation, with any number of ranks (each plays its shard of the round; the tool statistics are
+summed over ranks); data=episode_demonstrations needs an environment."""
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from hardware.processes import world_size_of
 from run.validation.values import raw
 
 EPISODE_GENERATORS = ("generators.hf.HFGenerator", "generators.vllm.VLLMGenerator")
@@ -33,10 +32,3 @@ def check_env(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"env={target} with algorithm={raw(cfg, 'algorithm.name')}: episodes train with the GRPO "
                       f"family (grpo, dr_grpo, rloo, reinforce_pp) or serve SFT data and held-out evaluation; "
                       f"use env=none for this stage")
-    try:
-        ranks = world_size_of(cfg.trainer)
-    except Exception:  # noqa: BLE001 - a malformed trainer node is reported by its own checks
-        ranks = 1
-    if ranks > 1:
-        errors.append(f"env={target} runs in one process for now (hardware=cpu or gpu, trainer.devices=1): "
-                      f"{ranks} ranks asked for (trainer.devices × trainer.num_nodes)")

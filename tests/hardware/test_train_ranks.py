@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from data_modules.store import load_experience
+from models.tokenizer import build_char_tokenizer
 from tests.test_train_e2e import TINY_MODEL, train
 
 RANKS = TINY_MODEL + ["algorithm=grpo", "trainer.max_steps=4", "data.prompts_per_round=8", "data.batch_size=32",
@@ -122,3 +124,25 @@ def test_sigterm_stops_every_rank_at_one_step_and_resume_continues_on_ranks(tmp_
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert "[launch] 2 ranks" in resumed.stdout and "(resuming from" in resumed.stdout
     assert json.loads((out / "summary.json").read_text())["grpo"]["train/steps"] == 400
+
+
+def test_ddp_plays_tool_episodes_and_sums_their_statistics_over_ranks(tmp_path):
+    """experiment=tool_use's GRPO stage with 2 ranks: each rank plays its shard of the round's episodes;
+    the tool statistics and the generated-token count are the whole round's (summed over ranks): the
+    stored records' sampled tokens (loss mask 1) add up to cost/generated_tokens exactly."""
+    out, store = tmp_path / "run", tmp_path / "store"
+    proc = train("hardware=ddp", *TINY_MODEL, "experiment=tool_use", "task.tool_rate=1.0", "task.num_heldout=16",
+                 "generator.max_new_tokens=24", "callbacks.progress.refresh_rate=0", "logger=csv",
+                 "stages.0.overrides=['algorithm=sft','data=episode_demonstrations','data.max_examples=128',"
+                 "'trainer.max_steps=150']",
+                 "stages.1.overrides=['algorithm=grpo','data=fresh_rollouts','data.prompts_per_round=4',"
+                 "'data.batch_size=32','data.micro_batch_size=16','trainer.max_steps=2']",
+                 f"++data.store={store}", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    grpo = json.loads((out / "summary.json").read_text())["grpo"]
+    records = load_experience(store, build_char_tokenizer())
+    assert len(records) == grpo["cost/records_generated"] == 2 * 4 * 8  # 2 rounds (32 records, one step each)
+    assert grpo["cost/generated_tokens"] == sum(sum(r.loss_mask) for r in records)
+    observed = sum(len(r.loss_mask) - sum(r.loss_mask) for r in records)
+    assert grpo["rollout/tool_calls_per_episode_mean"] * len(records) == pytest.approx(grpo["cost/tool_calls"])
+    assert observed > 0 and grpo["cost/tool_calls"] > 0
