@@ -15,7 +15,9 @@ import pytest
 from bench.tables import readme_table
 from scripts.figures.provenance import FIELDS, read_header, short_commit
 from scripts.figures.readme import README, RESULTS, block_body, blocks, loose_tables, splice
-from scripts.figures.registry import FIGURES, PENDING
+from scripts import readme_figures
+from scripts.figures import registry
+from scripts.figures.registry import FIGURES, PENDING, Figure
 from scripts.readme_figures import selected
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,14 +157,20 @@ def test_economics_table_from_job_dirs(tmp_path):
     fake_job(tmp_path / "sft" / "seed1", ["seed=1"], {"sft": {"val/accuracy_after": 0.5}})
     fake_job(tmp_path / "on_policy" / "seed1", ["seed=1"], {"grpo": onpolicy})
     fake_job(tmp_path / "adaptive" / "seed1", ["seed=1"], {"grpo": adaptive})
-    rows = PENDING["economics"].render(tmp_path, True).table.splitlines()[2:]
+    rendered = FIGURES["economics"].render(tmp_path, True)
+    rows = rendered.table.splitlines()[2:]
     assert rows == ["| on-policy | 300 | 0.800 (0.800) | 1.00 | 0.600 | 30–30 | – |",
                     "| adaptive | 150 | 0.850 (0.850) | 0.17 | 0.850 | 20–20 | 2.50% |"]
+    assert (tmp_path / "curves.png").stat().st_size > 0 and str(tmp_path / "curves.png") in rendered.notes
 
 
-def test_a_pending_figure_runs_only_when_named():
-    """economics is built but not yet measured: `--only economics` selects it, a run of every figure does not,
-    and it needs no results file until it is measured (then it moves to FIGURES)."""
-    assert "economics" in PENDING and "economics" not in FIGURES
-    assert [f.name for f in selected("economics")] == ["economics"]
-    assert "economics" not in [f.name for f in selected(None)]
+def test_a_pending_figure_runs_only_when_named(monkeypatch):
+    """A figure built but not yet measured (registered with pending=True): `--only NAME` selects it, a run of
+    every figure does not, and it needs no results file until it is measured (then it moves to FIGURES)."""
+    figure = Figure("probe_pending", "a pending probe", "0 min", lambda out, smoke: [], lambda out, smoke: None)
+    monkeypatch.setattr(registry, "PENDING", dict(PENDING))
+    registry.register(figure, pending=True)
+    monkeypatch.setattr(readme_figures, "PENDING", registry.PENDING)
+    assert "probe_pending" in registry.PENDING and "probe_pending" not in FIGURES
+    assert [f.name for f in selected("probe_pending")] == ["probe_pending"]
+    assert "probe_pending" not in [f.name for f in selected(None)]

@@ -7,14 +7,16 @@ step, generated tokens, wall seconds without evaluations, accuracy) against on-p
     economics          the embedded task (2-digit sums), every config
     economics_digits3  3-digit sums (task.digits=3): the same SFT budget leaves a weak start; the main configs
 
-Both are pending (registry.PENDING): not yet measured in full. The SFT start is 1,000 demonstrations (the
+`economics_digits3` is pending (registry.PENDING) until measured in full. The SFT start is 1,000 demonstrations (the
 quickstart's 1,500 took seed 1 to 0.988 at the current code, where no config can show a gain: the first,
 stopped measurement's on-policy, replay and dynamic-sampling runs all ended 0.980-0.988).
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from scripts.figures.provenance import ROOT
 from scripts.figures.registry import Figure, Job, Rendered, jobs, register
 from scripts.figures.training import QUIET, SMOKE, acc, kilo, mean, table, train
 
@@ -91,6 +93,34 @@ def row(label: str, runs: dict[int, Job], onpolicy: dict[int, Job]) -> list[str]
             f"{100 * max(book):.2f}%" if book else "–"]
 
 
+def plot_curves(found: dict[str, dict[int, Job]], path: Path) -> None:
+    """Held-out accuracy against generated tokens and against wall seconds (evaluations excluded), one line
+    per config and seed (colour: config; line style: seed), written atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: only when a figure is rendered
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=(12, 4.8), dpi=110)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2, sharey=True)
+    styles = ["-", "--", ":", "-."]
+    for c, (label, runs) in enumerate(found.items()):
+        for seed, job in sorted(runs.items()):
+            curve = stage(job).get("val/curve") or []
+            for ax, x in zip(axes, ("generated_tokens", "seconds")):
+                ax.plot([p.get(x, 0.0) for p in curve], [p["accuracy"] for p in curve], color=f"C{c}",
+                        linestyle=styles[(seed - 1) % len(styles)], marker=".",
+                        label=f"{label}, seed {seed}" if ax is axes[0] else None)
+    axes[0].set(xlabel="generated tokens", ylabel="held-out accuracy", title="accuracy vs generated tokens")
+    axes[1].set(xlabel="wall seconds (without evaluations)", title="accuracy vs wall seconds")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.legend(fontsize=6, loc="center right")
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    fig.savefig(tmp)
+    tmp.replace(path)
+
+
 def render_for(configs: list[str]):
     def render(out: Path, smoke: bool) -> Rendered:
         found: dict[str, dict[int, Job]] = {}
@@ -99,6 +129,10 @@ def render_for(configs: list[str]):
                 found.setdefault(label, {})[job.seed] = job
         onpolicy = found.get("on-policy", {})
         rows = [row(label, found[label], onpolicy) for label in configs if label in found]
+        image = out / "curves.png"
+        plot_curves(found, image)
+        if not smoke and image.is_file():
+            shutil.copyfile(image, ROOT / f"docs/img/{out.name.split('-')[0]}.png")
         head = ["config", "generated tokens (mean)", "final held-out accuracy, mean (per seed)",
                 "tokens to reach on-policy's final, ÷ on-policy's (per seed)",
                 "accuracy at ⅓ of on-policy's tokens (per seed)", "GRPO wall s", "controller bookkeeping, share of wall"]
@@ -109,14 +143,15 @@ def render_for(configs: list[str]):
                  f"accuracy every {EVERY} steps on 500 examples. 'tokens to reach': the first evaluation at or above "
                  f"on-policy's final accuracy of the same seed ('never' within the run). Bookkeeping: data=adaptive's "
                  f"own planning and evidence updates (`mix/decision_seconds`) over the stage's wall seconds. "
-                 f"Missing rows: configs whose runs did not finish.")
+                 f"Missing rows: configs whose runs did not finish. Curves per config and seed, against generated "
+                 f"tokens and wall seconds: " + (str(image) if smoke else f"docs/img/{out.name.split('-')[0]}.png") + ".")
         return Rendered(table(head, ["---", "---:", "---:", "---", "---", "---:", "---:"], rows), notes)
     return render
 
 
 register(Figure("economics", "The experience economist on the embedded task (issue 22): tokens to accuracy, per config",
-                "~25 min on an idle 2-core machine: 3 SFT + 21 GRPO runs of 100 steps (estimate)",
-                commands_for([], list(CONFIGS)), render_for(list(CONFIGS))), pending=True)
+                "43 min at 1 thread on the 2-core machine (the other core busy): 3 SFT + 21 GRPO runs of 100 steps",
+                commands_for([], list(CONFIGS)), render_for(list(CONFIGS))))
 register(Figure("economics_digits3", "The experience economist on 3-digit sums (`task.digits=3`): a weak SFT start",
                 "~15 min on an idle 2-core machine: 3 SFT + 12 GRPO runs of 100 steps (estimate)",
                 commands_for(["task.digits=3"], MAIN), render_for(MAIN)), pending=True)
