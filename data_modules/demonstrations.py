@@ -19,12 +19,13 @@ class DemonstrationsDataModule(ExperienceDataModule):
         self.heldout_records = [self._record(ex, source, i) for i, ex in enumerate(task.heldout)]
 
     def _record(self, ex, source: str, index: int) -> ExperienceRecord:
+        shown = ex.meta.get("demonstration", ex.answer)  # what the teacher wrote (a flawed teacher: not the answer)
         return ExperienceRecord(
             prompt_ids=encode_prompt(self.tokenizer, ex.prompt, self.task.chat),
-            completion_ids=encode_completion(self.tokenizer, ex.answer),
+            completion_ids=encode_completion(self.tokenizer, shown),
             provenance=Provenance(source=source, created_step=0,
                                   origin=ex.meta.get("origin", f"{self.task.name}:{index}")),
-            group_id=index, prompt_text=ex.prompt, completion_text=ex.answer, answer=ex.answer,
+            group_id=index, prompt_text=ex.prompt, completion_text=shown, answer=ex.answer,
         )
 
     def epoch_records(self) -> list[ExperienceRecord]:

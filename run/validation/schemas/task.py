@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from run.validation.schemas.model import Seed
 from run.validation.schemas.base import (Bool, Fraction, NonNegativeInt, Node, OpenNode, OptionalPath, Path, PositiveInt,
-                                          Text, optional)
+                                          Text, choice, optional)
 
 
 class Arithmetic(Node):
@@ -12,6 +12,7 @@ class Arithmetic(Node):
     num_heldout: NonNegativeInt = None
     operands_max: optional(PositiveInt, "(the largest number of `digits` digits)") = None
     seed: Seed = None
+    teacher: choice("exact", "no_carry_at_ten") = None
 
 
 class Code(Node):
