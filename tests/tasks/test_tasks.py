@@ -45,6 +45,33 @@ def write(path, lines):
 GOOD = [json.dumps({"prompt": f"What is {i}+1?", "answer": str(i + 1), "level": i}) for i in range(5)]
 
 
+def test_a_flawed_teacher_writes_the_demonstrations_and_the_truth_scores_them():
+    """task.teacher=no_carry_at_ten (the default run's teacher): it forgets the carry exactly when the ones
+    digits sum to 10 (9 of the 100 ones-digit pairs); the reference answer stays the true sum, so rewards and
+    evaluation score the truth, and the SFT records hold the teacher's text."""
+    from data_modules.demonstrations import DemonstrationsDataModule
+    from models.tokenizer import build_char_tokenizer
+    from tasks.arithmetic import teacher_answer
+
+    assert [teacher_answer(a, b, "no_carry_at_ten") for a, b in [(37, 53), (5, 5), (19, 91), (37, 54), (12, 3)]] \
+        == ["80", "0", "100", "91", "15"]
+    assert teacher_answer(37, 53, "exact") == "90"
+    task = arithmetic_task(digits=2, num_heldout=100, seed=0, teacher="no_carry_at_ten")
+    flawed = [ex for ex in task.train if "demonstration" in ex.meta and ex.meta["demonstration"] != ex.answer]
+    assert len(flawed) / len(task.train) == pytest.approx(0.09, abs=0.01)
+    assert all(int(ex.meta["demonstration"]) == int(ex.answer) - 10 for ex in flawed)
+    tok = build_char_tokenizer()
+    dm = DemonstrationsDataModule(task, tok, batch_size=8, micro_batch_size=8, seed=0, source="teacher",
+                                  max_examples=None)
+    by_prompt = {r.prompt_text: r for r in dm.epoch_records()}
+    for ex in flawed[:5]:
+        r = by_prompt[ex.prompt]
+        assert r.completion_text == ex.meta["demonstration"] and r.answer == ex.answer
+        assert tok.decode(r.completion_ids[:-1]) == ex.meta["demonstration"]
+    with pytest.raises(ValueError, match="task.teacher='sloppy'"):
+        arithmetic_task(digits=2, num_heldout=10, seed=0, teacher="sloppy")
+
+
 def test_jsonl_good_file(tmp_path):
     path = write(tmp_path / "train.jsonl", GOOD[:2] + [""] + GOOD[2:])  # a blank line 3 is skipped
     task = jsonl_task(path, None, chat=False, num_heldout=2, prompt_key="prompt", answer_key="answer")
