@@ -29,6 +29,7 @@ def jsonl_file(tmp_path):
 def required(group: str, choice: str, jsonl: str, model_dir: str = "/nonexistent") -> list[str]:
     """The keys a choice cannot do without (and sft's data: see test_algorithm_sft_alone_is_one_stage)."""
     return {("model", "hf"): [f"model.name_or_path={model_dir}"],
+            ("experiment", "tool_use_chat"): [f"model.name_or_path={model_dir}"],  # it picks model=hf
             ("task", "jsonl"): [f"task.train_path={jsonl}"],
             ("algorithm", "sft"): ["data=demonstrations"],
             **{("algorithm", a): ["data=static_preferences"] for a in ("dpo", "ipo", "kto", "reward_model")},
