@@ -174,3 +174,23 @@ def test_a_pending_figure_runs_only_when_named(monkeypatch):
     assert "probe_pending" in registry.PENDING and "probe_pending" not in FIGURES
     assert [f.name for f in selected("probe_pending")] == ["probe_pending"]
     assert "probe_pending" not in [f.name for f in selected(None)]
+
+
+def test_economics_at_equal_tokens_gives_every_config_the_same_token_budget(tmp_path):
+    """economics_tokens: each seed's SFT, then every config's GRPO from that SFT's policy, each stopped by the
+    same `budget.generated_tokens` (at most MAX_STEPS steps), so a config that generates less a step trains
+    longer; the 100-step figures keep their fixed step count and no budget."""
+    from scripts.figures import economics
+    figure = registry.PENDING.get("economics_tokens") or FIGURES["economics_tokens"]
+    runs = figure.commands(tmp_path, False)
+    assert len(runs) == 3 * (1 + len(economics.TOKENS))
+    grpo = [r for r in runs if "algorithm=grpo" in r]
+    assert len(grpo) == 3 * len(economics.TOKENS)
+    for r in grpo:
+        assert "budget.generated_tokens=180000" in r and "trainer.max_steps=400" in r
+        seed = next(a for a in r if a.startswith("seed="))[5:]
+        assert f"model.name_or_path={tmp_path}/sft/seed{seed}/policy" in r
+    assert sum("data.policy.select_prompts=false" in r for r in grpo) == 3
+    fixed = FIGURES["economics"].commands(tmp_path, False)
+    assert not any(a.startswith("budget.") for r in fixed for a in r)
+    assert sum("trainer.max_steps=100" in r for r in fixed) == 3 * len(economics.EVERY_CONFIG)

@@ -6,6 +6,9 @@ step, generated tokens, wall seconds without evaluations, accuracy) against on-p
 
     economics          the embedded task (2-digit sums), every config
     economics_digits3  3-digit sums (task.digits=3): the same SFT budget leaves a weak start; the main configs
+    economics_tokens   the embedded task at equal generated tokens: every config runs until it has generated
+                       on-policy's 100 steps' worth (`budget.generated_tokens`), so a config that spends fewer
+                       tokens a step gets more steps, and "tokens to reach on-policy's final" can be measured
 
 The SFT start is 1,000 demonstrations (the
 quickstart's 1,500 took seed 1 to 0.988 at the current code, where no config can show a gain: the first,
@@ -31,7 +34,10 @@ CONFIGS = {  # label → the GRPO stage's data keys
                                   "data.policy.max_fresh_frac=0.5"],
     "adaptive: mix only": [*ADAPTIVE, "data.policy.select_prompts=false", "data.policy.adaptive_reuse=false"],
 }
-MAIN = list(CONFIGS)[:4]
+EVERY_CONFIG, MAIN = list(CONFIGS), list(CONFIGS)[:4]
+CONFIGS["adaptive without selection"] = [*ADAPTIVE, "data.policy.select_prompts=false"]  # reuse rule + mix
+TOKENS = [*MAIN, "adaptive without selection"]
+TOKEN_BUDGET, MAX_STEPS = 180_000, 400  # ≈ on-policy's 100 steps (179k in `economics`); a cap on steps
 SFT = ["algorithm=sft", "data=demonstrations", "data.max_examples=1000", "trainer.max_steps=2000"]  # a start below the ceiling
 GRPO_STEPS, EVERY = 100, 10
 
@@ -40,13 +46,17 @@ def slug(label: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in label).strip("_")
 
 
-def commands_for(task: list[str], configs: list[str]):
+def commands_for(task: list[str], configs: list[str], budget: int | None = None):
+    """Per seed: the SFT run, then each config's GRPO from its policy: GRPO_STEPS steps, or (`budget`) until it
+    has generated `budget` tokens, at most MAX_STEPS steps."""
     def commands(out: Path, smoke: bool) -> list[list[str]]:
         seeds = [1] if smoke else [1, 2, 3]
         sft = [*SFT[:-1], "trainer.max_steps=4", *SMOKE[3:]] if smoke else SFT  # SMOKE[1:3]: rollout keys
         small = SMOKE[1:] if smoke else []
-        steps = [f"trainer.max_steps={4 if smoke else GRPO_STEPS}",
+        steps = [f"trainer.max_steps={4 if smoke else GRPO_STEPS if budget is None else MAX_STEPS}",
                  f"callbacks.evaluate.every_n_steps={2 if smoke else EVERY}"]
+        if budget is not None:
+            steps.append(f"budget.generated_tokens={budget // 50 if smoke else budget}")
         runs = []
         for s in seeds:  # seed by seed: a stopped measurement still has every config of its first seeds
             runs.append(train(*sft, *task, f"seed={s}", *QUIET, f"hydra.run.dir={out}/sft/seed{s}"))
@@ -121,7 +131,7 @@ def plot_curves(found: dict[str, dict[int, Job]], path: Path) -> None:
     tmp.replace(path)
 
 
-def render_for(configs: list[str]):
+def render_for(configs: list[str], budget: int | None = None):
     def render(out: Path, smoke: bool) -> Rendered:
         found: dict[str, dict[int, Job]] = {}
         for label in configs:
@@ -138,7 +148,10 @@ def render_for(configs: list[str]):
                 "accuracy at ⅓ of on-policy's tokens (per seed)", "GRPO wall s", "controller bookkeeping, share of wall"]
         sft = [list(j.stages.values())[-1]["val/accuracy_after"] for j in
                sorted(jobs(out / "sft"), key=lambda j: j.seed)]
-        notes = (f"Every config: GRPO for {GRPO_STEPS} optimizer steps (one round of 64 groups × 8 a step) from "
+        length = (f"for {GRPO_STEPS} optimizer steps" if budget is None else
+                  f"until it has generated {budget:,} tokens (`budget.generated_tokens`; the round that crosses it is "
+                  f"trained on), at most {MAX_STEPS} optimizer steps,")
+        notes = (f"Every config: GRPO {length} (one round of 64 groups × 8 a step) from "
                  f"the same SFT policy per seed (held-out {', '.join(f'{a:.3f}' for a in sft)}), held-out greedy "
                  f"accuracy every {EVERY} steps on 500 examples. 'tokens to reach': the first evaluation at or above "
                  f"on-policy's final accuracy of the same seed ('never' within the run). Bookkeeping: data=adaptive's "
@@ -151,7 +164,10 @@ def render_for(configs: list[str]):
 
 register(Figure("economics", "The experience economist on the embedded task (issue 22): tokens to accuracy, per config",
                 "43 min at 1 thread on the 2-core machine (the other core busy): 3 SFT + 21 GRPO runs of 100 steps",
-                commands_for([], list(CONFIGS)), render_for(list(CONFIGS))))
+                commands_for([], EVERY_CONFIG), render_for(EVERY_CONFIG)))
 register(Figure("economics_digits3", "The experience economist on 3-digit sums (`task.digits=3`): a weak SFT start",
                 "35 min at 1 thread on the 2-core machine (the other core busy): 3 SFT + 12 GRPO runs of 100 steps",
                 commands_for(["task.digits=3"], MAIN), render_for(MAIN)))
+register(Figure("economics_tokens", "The experience economist on the embedded task at equal generated tokens",
+                "~60 min at 1 thread on an idle 2-core machine: 3 SFT + 15 GRPO runs to 180k generated tokens",
+                commands_for([], TOKENS, TOKEN_BUDGET), render_for(TOKENS, TOKEN_BUDGET)), pending=True)
