@@ -107,6 +107,13 @@ class AdaptiveDataModule(ReplayMixDataModule):
     def _choose(self, budget: int) -> dict:
         """The round's fresh prompts: the policy's choice among seen prompts, then unseen ones in stream order."""
         seen = sorted(self.policy.evidence)
+        if self.policy.select_prompts and getattr(self.policy, "selection", "thompson") == "stream":
+            n = len(self._order)
+            order = [self._order[(self.cursor + i) % n] for i in range(n)]
+            choice = self.policy.filter_stream(order, budget, self.group_size, self.rounds_put)
+            self.cursor += choice.looked
+            return {"prompts": [self._prompt(k) for k in choice.seen], "skipped": choice.skipped,
+                    "expected_zero_var": choice.expected_zero_var, "seen": len(seen)}
         unseen = len(self.task.train) - len(seen)
         choice = self.policy.choose_prompts(seen, unseen, budget, self.group_size, self.rounds_put)
         prompts = [self._prompt(k) for k in choice.seen] + self.fresh_prompts(choice.unseen)

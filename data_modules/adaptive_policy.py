@@ -19,6 +19,10 @@ experience", states the rules with their equations. In short, each round:
               smoothed ū_s ← (1 − ema)·ū_s + ema·u_s; fresh share f = clamp(ū_f / Σ ū, min_fresh_frac,
               max_fresh_frac), the rest split over replay and harvest ∝ ū.
 
+`selection: stream` (GRESO's rule) instead walks the prompt stream in its seeded order and skips only the prompts
+confidently solved or hopeless: it never prefers a seen prompt to an unseen one, so within one pass over the
+prompts it takes exactly what fresh_rollouts takes, and past it spends no samples on prompts already settled.
+
 Each lever can be switched off for an ablation: `select_prompts: false` takes prompts in the stream's order,
 `adaptive_reuse: false` keeps max_staleness as the only limit, min_fresh_frac = max_fresh_frac fixes the mix.
 
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 SOURCES = ("fresh", "replay", "harvest")
 REASONS = ("start", "value", "min_fresh", "max_fresh", "refresh", "short_replay", "no_prompts")
 REUSE_REASONS = ("cap", "ess", "kl", "probe")
+SELECTIONS = ("thompson", "stream")
 
 
 @dataclass(frozen=True)
@@ -58,11 +63,13 @@ class ReplayMeasure:
 class PromptChoice:
     """A round's fresh prompts: the seen ones chosen (keys, best first), how many unseen ones to take from the
     stream, how many seen prompts were skipped as confidently solved or hopeless, and the expected share of
-    the chosen groups whose rewards all tie (no gradient)."""
+    the chosen groups whose rewards all tie (no gradient). selection=stream: `seen` holds every chosen prompt
+    in stream order, seen before or not."""
     seen: list
     unseen: int
     skipped: int
     expected_zero_var: float
+    looked: int = 0  # selection=stream: how far the stream was read (the data module advances its cursor so far)
 
 
 def beta_moment(a: float, b: float, g: int) -> float:
@@ -111,11 +118,13 @@ class AdaptivePolicy:
     def __init__(self, pass_threshold: float | None, decay: float, skip_margin: float, skip_confidence: float,
                  min_ess_frac: float, max_kl: float, min_fresh_frac: float, max_fresh_frac: float, ema: float,
                  usd_per_mtok_generated: float, usd_per_mtok_trained: float, seed: int,
-                 select_prompts: bool = True, adaptive_reuse: bool = True):
+                 select_prompts: bool = True, adaptive_reuse: bool = True, selection: str = "thompson"):
         _check(decay=(decay, 0.0, 1.0, False), skip_margin=(skip_margin, 0.0, 0.5, False),
                skip_confidence=(skip_confidence, 0.0, 1.0, False), min_ess_frac=(min_ess_frac, 0.0, 1.0, True),
                min_fresh_frac=(min_fresh_frac, 0.0, 1.0, True), max_fresh_frac=(max_fresh_frac, 0.0, 1.0, False),
                ema=(ema, 0.0, 1.0, False))
+        if selection not in SELECTIONS:
+            raise ValueError(f"data.policy.selection={selection!r}: choose one of {', '.join(SELECTIONS)}")
         if max_kl <= 0 or min_fresh_frac > max_fresh_frac or min(usd_per_mtok_generated, usd_per_mtok_trained) < 0:
             raise ValueError(f"data.policy: max_kl={max_kl} must be > 0, min_fresh_frac={min_fresh_frac} at most "
                              f"max_fresh_frac={max_fresh_frac}, prices ≥ 0")
@@ -126,6 +135,7 @@ class AdaptivePolicy:
         self.price_generated, self.price_trained = usd_per_mtok_generated / 1e6, usd_per_mtok_trained / 1e6
         self.rng = random.Random(seed)
         self.select_prompts, self.adaptive_reuse = select_prompts, adaptive_reuse  # the levers (ablations: off)
+        self.selection = selection
         # per prompt key: [passes, fails, weight n, Σ w·r, Σ w·r², round last updated] (decayed lazily)
         self.evidence: dict[int, list[float]] = {}
         self.values: dict[str, float] = {}  # ū_s: smoothed value per cost of each source measured so far
@@ -231,6 +241,23 @@ class AdaptivePolicy:
         zero = [1.0 - self.signal(k, group_size, round_, pooled) for k in chosen]
         return PromptChoice(seen=picked, unseen=len(chosen) - len(picked), skipped=len(skipped),
                             expected_zero_var=sum(zero) / len(zero) if zero else 0.0)
+
+    def filter_stream(self, order: list[int], budget: int, group_size: int, round_: int) -> PromptChoice:
+        """selection=stream: the first `budget` prompts of `order` (the stream from its cursor, one pass) that are
+        not confidently solved or hopeless; a prompt without evidence is always taken. If the pass leaves fewer,
+        the skipped fill in, in stream order."""
+        chosen, skipped, looked = [], [], 0
+        for key in order:
+            if len(chosen) == budget:
+                break
+            looked += 1
+            (skipped if key in self.evidence and self.confident(key, round_) else chosen).append(key)
+        chosen += skipped[: budget - len(chosen)]
+        pooled = self.pooled(round_)
+        zero = [1.0 - self.signal(k if k in self.evidence else None, max(group_size, 2), round_, pooled)
+                for k in chosen]
+        return PromptChoice(seen=chosen, unseen=0, skipped=len(skipped),
+                            expected_zero_var=sum(zero) / len(zero) if zero else 0.0, looked=looked)
 
     # ---- reuse ---------------------------------------------------------------------------------------
     def update_reuse(self, measure: ReplayMeasure | None, cap: int | None) -> int | None:

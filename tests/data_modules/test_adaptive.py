@@ -214,3 +214,22 @@ def test_harvested_experience_is_served_and_updates_the_prompts_evidence(tmp_pat
     assert "dataset" in served
     assert any(r["metrics"]["mix/harvest_frac"] > 0 for r in recorder.rounds)
     assert "harvest" in dm2.policy.values  # harvest was valued per cost like the other sources
+
+
+def test_stream_selection_walks_the_prompt_stream_and_skips_settled_prompts(tmp_path):
+    """data.policy.selection=stream on the real data module: with no evidence a round takes the stream's next
+    prompts exactly as fresh_rollouts does; a prompt the evidence says is solved or hopeless is passed over, a
+    coin flip is taken where it comes, and the cursor moves past everything read."""
+    _, _, dm, _ = build_parts(stage_cfg(tmp_path, ["data.policy.selection=stream"]), 1)
+    order = list(dm._order)
+
+    def chosen(planned):
+        return [dm.group_prompt[gid] for _, _, gid in planned["prompts"]]
+
+    assert chosen(dm._choose(4)) == order[:4] and dm.cursor == 4
+    dm.policy.observe(order[5], [1.0] * 40, 0)        # solved
+    dm.policy.observe(order[6], [0.0] * 40, 0)        # hopeless
+    dm.policy.observe(order[7], [1.0, 0.0] * 10, 0)   # a coin flip
+    planned = dm._choose(4)
+    assert chosen(planned) == [order[4], order[7], order[8], order[9]]
+    assert planned["skipped"] == 2 and dm.cursor == 10

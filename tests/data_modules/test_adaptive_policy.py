@@ -220,3 +220,21 @@ def test_the_prior_of_unseen_prompts_follows_the_pooled_pass_rate():
     choice = p.choose_prompts([], unseen=5, budget=2, group_size=G, round_=0)
     assert choice.unseen == 2 and choice.expected_zero_var == pytest.approx(1 - expected_signal(a, b, G))
     assert choice.expected_zero_var > 1 - expected_signal(1, 1, G)  # a mostly solved task: more ties expected
+
+
+def test_stream_selection_keeps_the_stream_order_and_skips_only_settled_prompts():
+    """selection=stream (GRESO): prompts in the stream's order; a solved (3) and a hopeless (4) one skipped, a
+    seen coin flip (5) and unseen ones taken where they come; the stream read up to the budget's last prompt;
+    if one pass leaves too few, the skipped fill in, in stream order."""
+    p = policy(selection="stream")
+    seen(p, 3, 40, 0)
+    seen(p, 4, 0, 40)
+    seen(p, 5, 3, 3)
+    c = p.filter_stream([2, 3, 4, 5, 6, 7], budget=3, group_size=G, round_=0)
+    assert (c.seen, c.unseen, c.skipped, c.looked) == ([2, 5, 6], 0, 2, 5)
+    # pooled pass rate (1 + 43) / (2 + 86) = 0.5: unseen prompts have the prior Beta(1, 1), signal 7/9
+    assert c.expected_zero_var == pytest.approx((2 / 9 + (1 - expected_signal(4, 4, G)) + 2 / 9) / 3)
+    c = p.filter_stream([3, 4, 2], budget=3, group_size=G, round_=0)
+    assert (c.seen, c.skipped, c.looked) == ([2, 3, 4], 2, 3)
+    with pytest.raises(ValueError, match="data.policy.selection='greedy'"):
+        policy(selection="greedy")

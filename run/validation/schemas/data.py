@@ -74,6 +74,9 @@ class AdaptivePolicy(OpenNode):
     ema: must(Annotated[float, Field(gt=0, le=1)], "in (0, 1]") = None
     usd_per_mtok_generated: NonNegativeNumber = None
     usd_per_mtok_trained: NonNegativeNumber = None
+    select_prompts: Bool = None
+    adaptive_reuse: Bool = None
+    selection: choice("thompson", "stream") = None
     seed: Seed = None
 
 
