@@ -107,7 +107,7 @@ class AdaptiveDataModule(ReplayMixDataModule):
     def _choose(self, budget: int) -> dict:
         """The round's fresh prompts: the policy's choice among seen prompts, then unseen ones in stream order."""
         seen = sorted(self.policy.evidence)
-        if self.policy.select_prompts and getattr(self.policy, "selection", "thompson") == "stream":
+        if self.policy.select_prompts and getattr(self.policy, "selection", "stream") == "stream":
             n = len(self._order)
             order = [self._order[(self.cursor + i) % n] for i in range(n)]
             choice = self.policy.filter_stream(order, budget, self.group_size, self.rounds_put)

@@ -19,9 +19,10 @@ experience", states the rules with their equations. In short, each round:
               smoothed ū_s ← (1 − ema)·ū_s + ema·u_s; fresh share f = clamp(ū_f / Σ ū, min_fresh_frac,
               max_fresh_frac), the rest split over replay and harvest ∝ ū.
 
-`selection: stream` (GRESO's rule) instead walks the prompt stream in its seeded order and skips only the prompts
-confidently solved or hopeless: it never prefers a seen prompt to an unseen one, so within one pass over the
-prompts it takes exactly what fresh_rollouts takes, and past it spends no samples on prompts already settled.
+That ranking is `selection: thompson`. The default, `selection: stream` (GRESO's rule), instead walks the prompt
+stream in its seeded order and skips only the prompts confidently solved or hopeless: it never prefers a seen
+prompt to an unseen one, so within one pass over the prompts it takes exactly what fresh_rollouts takes, and
+past it spends no samples on prompts already settled (docs/experience.md: why it is the default).
 
 Each lever can be switched off for an ablation: `select_prompts: false` takes prompts in the stream's order,
 `adaptive_reuse: false` keeps max_staleness as the only limit, min_fresh_frac = max_fresh_frac fixes the mix.
@@ -118,7 +119,7 @@ class AdaptivePolicy:
     def __init__(self, pass_threshold: float | None, decay: float, skip_margin: float, skip_confidence: float,
                  min_ess_frac: float, max_kl: float, min_fresh_frac: float, max_fresh_frac: float, ema: float,
                  usd_per_mtok_generated: float, usd_per_mtok_trained: float, seed: int,
-                 select_prompts: bool = True, adaptive_reuse: bool = True, selection: str = "thompson"):
+                 select_prompts: bool = True, adaptive_reuse: bool = True, selection: str = "stream"):
         _check(decay=(decay, 0.0, 1.0, False), skip_margin=(skip_margin, 0.0, 0.5, False),
                skip_confidence=(skip_confidence, 0.0, 1.0, False), min_ess_frac=(min_ess_frac, 0.0, 1.0, True),
                min_fresh_frac=(min_fresh_frac, 0.0, 1.0, True), max_fresh_frac=(max_fresh_frac, 0.0, 1.0, False),

@@ -23,7 +23,7 @@ from scripts.figures.provenance import ROOT
 from scripts.figures.registry import Figure, Job, Rendered, jobs, register
 from scripts.figures.training import QUIET, SMOKE, acc, kilo, mean, table, train
 
-ADAPTIVE = ["data=adaptive"]
+ADAPTIVE = ["data=adaptive", "data.policy.selection=thompson"]  # the rule these figures measured (the default before 2026-12-03)
 CONFIGS = {  # label → the GRPO stage's data keys
     "on-policy": ["data=fresh_rollouts"],
     "replay 0.5 (fixed mix)": ["data=replay_mix", "data.replay_ratio=0.5"],
