@@ -21,6 +21,7 @@ import time
 from typing import Callable
 
 from envs.base import Environment, StepResult
+from envs.tool_env import check_tools
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -81,11 +82,7 @@ class ChatToolEnv(Environment):
     def __init__(self, tools: dict[str, Callable], max_tool_calls: int, max_turns: int,
                  max_observation_tokens: int):
         super().__init__(max_turns=max_turns, max_observation_tokens=max_observation_tokens)
-        if not tools or not all(callable(fn) for fn in tools.values()):
-            raise ValueError(f"env.tools must map tool names to callables (`_target_` with `_partial_: true`), "
-                             f"got {tools!r}")
-        if not isinstance(max_tool_calls, int) or max_tool_calls < 0:
-            raise ValueError(f"env.max_tool_calls must be an integer >= 0, got {max_tool_calls!r}")
+        check_tools(tools, max_tool_calls)
         self.tools, self.max_tool_calls, self.calls = dict(tools), max_tool_calls, 0
         self.tool_schemas = [tool_schema(name, fn) for name, fn in self.tools.items()]
 

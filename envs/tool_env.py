@@ -45,17 +45,22 @@ class TagFormat:
         return tool.strip(), arguments
 
 
+def check_tools(tools: dict[str, Callable], max_tool_calls: int) -> None:
+    """env.tools maps names to callables and env.max_tool_calls is an integer ≥ 0, or a ValueError naming the key."""
+    if not tools or not all(callable(fn) for fn in tools.values()):
+        raise ValueError(f"env.tools must map tool names to callables (`_target_` with `_partial_: true`), "
+                         f"got {tools!r}")
+    if not isinstance(max_tool_calls, int) or max_tool_calls < 0:
+        raise ValueError(f"env.max_tool_calls must be an integer >= 0, got {max_tool_calls!r}")
+
+
 class ToolEnv(Environment):
     """Tools are callables `fn(arguments: str) -> str` by name (envs/tools.py: `calculator`)."""
 
     def __init__(self, tools: dict[str, Callable], format: TagFormat | dict, result_prefix: str,
                  result_suffix: str, max_tool_calls: int, max_turns: int, max_observation_tokens: int):
         super().__init__(max_turns=max_turns, max_observation_tokens=max_observation_tokens)
-        if not tools or not all(callable(fn) for fn in tools.values()):
-            raise ValueError(f"env.tools must map tool names to callables (`_target_` with `_partial_: true`), "
-                             f"got {tools!r}")
-        if not isinstance(max_tool_calls, int) or max_tool_calls < 0:
-            raise ValueError(f"env.max_tool_calls must be an integer >= 0, got {max_tool_calls!r}")
+        check_tools(tools, max_tool_calls)
         self.tools = dict(tools)
         self.format = format if isinstance(format, TagFormat) else TagFormat(**format)
         self.result_prefix, self.result_suffix = result_prefix, result_suffix
