@@ -105,7 +105,9 @@ class AdaptiveDataModule(ReplayMixDataModule):
         return {"fresh": P - replay - harvest, "replay": replay, "harvest": harvest}, reason
 
     def _choose(self, budget: int) -> dict:
-        """The round's fresh prompts: the policy's choice among seen prompts, then unseen ones in stream order."""
+        """The round's fresh prompts. selection=stream: the stream from the cursor, settled prompts passed over
+        (the cursor moves past all it read); thompson: the policy's choice among seen prompts, then unseen ones
+        in stream order."""
         seen = sorted(self.policy.evidence)
         if self.policy.select_prompts and getattr(self.policy, "selection", "stream") == "stream":
             n = len(self._order)
