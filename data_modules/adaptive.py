@@ -111,7 +111,7 @@ class AdaptiveDataModule(ReplayMixDataModule):
         seen = sorted(self.policy.evidence)
         if self.policy.select_prompts and getattr(self.policy, "selection", "stream") == "stream":
             n = len(self._order)
-            order = [self._order[(self.cursor + i) % n] for i in range(n)]
+            order = (self._order[(self.cursor + i) % n] for i in range(n))  # one pass, read lazily
             choice = self.policy.filter_stream(order, budget, self.group_size, self.rounds_put)
             self.cursor += choice.looked
             return {"prompts": [self._prompt(k) for k in choice.seen], "skipped": choice.skipped,

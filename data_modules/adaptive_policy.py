@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 SOURCES = ("fresh", "replay", "harvest")
@@ -243,7 +244,7 @@ class AdaptivePolicy:
         return PromptChoice(seen=picked, unseen=len(chosen) - len(picked), skipped=len(skipped),
                             expected_zero_var=sum(zero) / len(zero) if zero else 0.0)
 
-    def filter_stream(self, order: list[int], budget: int, group_size: int, round_: int) -> PromptChoice:
+    def filter_stream(self, order: Iterable[int], budget: int, group_size: int, round_: int) -> PromptChoice:
         """selection=stream: the first `budget` prompts of `order` (the stream from its cursor, one pass) that are
         not confidently solved or hopeless; a prompt without evidence is always taken. If the pass leaves fewer,
         the skipped fill in, in stream order."""
