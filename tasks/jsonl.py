@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -26,14 +27,38 @@ def read_jsonl_objects(path: Path, error: type[Exception] = DataFileError) -> li
     for lineno, line in utf8_lines(path, error):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise error(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        problem, row = parse_json(line)
+        if problem:
+            raise error(f"{path}:{lineno}: {problem}")
         if not isinstance(row, dict):
             raise error(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         rows.append((lineno, row))
     return rows
+
+
+def parse_json(text: str) -> tuple[str | None, object]:
+    """(None, the value) of a JSON text, or (why it cannot be read, None). Every way the parser fails is a
+    reason, never a traceback: bad syntax, nesting deeper than Python's recursion limit (a RecursionError),
+    an integer longer than Python converts (over 4,300 digits: a ValueError), any other error it raises."""
+    try:
+        return None, json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"not valid JSON ({e.msg})", None
+    except RecursionError:
+        limit = sys.getrecursionlimit()
+        return f"not readable JSON (nested deeper than the parser's limit of about {limit:,} levels)", None
+    except ValueError as e:
+        if "integer string conversion" in str(e):
+            return (f"not readable JSON (an integer of more than {sys.get_int_max_str_digits():,} digits, Python's "
+                    "limit: write it as a string)"), None
+        return f"not readable JSON ({_first_line(e)})", None
+    except Exception as e:  # noqa: BLE001 - the parser's own failure, whatever it is, names the line
+        return f"not readable JSON ({type(e).__name__}: {_first_line(e)})", None
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
 
 
 def utf8_lines(path: Path, error: type[Exception] = DataFileError) -> Iterator[tuple[int, str]]:
