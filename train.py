@@ -40,7 +40,7 @@ from hardware.console import say0  # noqa: E402
 from models.lora import save_policy  # noqa: E402
 from run.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E402
 from run.command_line import exit_on_bad_command_line, with_default_data  # noqa: E402
-from run.errors import exit_with, full_traceback, user_error  # noqa: E402
+from run.errors import exit_with, full_traceback, resume_line, user_error  # noqa: E402
 from run.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
 from run.model_card import write_model_card  # noqa: E402
 from run.push_to_hub import push_final_policy  # noqa: E402
@@ -212,7 +212,7 @@ def main(cfg: DictConfig) -> float | None:
     except Exception as e:  # the project's own errors: one line each (the traceback: HYDRA_FULL_ERROR=1)
         if user_error(e) is None or full_traceback():
             raise
-        exit_with(e)
+        exit_with(e, resume_line(e, out))
     finally:
         finish_wandb()
         _remove_if_empty(log_files, out)

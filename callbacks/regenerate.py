@@ -32,8 +32,10 @@ SHORT_EVERY = 50  # dynamic sampling's "short round" console line: the first, th
 
 
 class DroppedRoundsError(RuntimeError):
-    """`max_dropped_rounds` rounds in a row had every sample dropped. Every rank raises it at the same
-    round end (the round is gathered), so the ranks may write their checkpoint on the way out together."""
+    """`max_dropped_rounds` rounds in a row had every sample dropped (or the first round had, with no
+    earlier one to serve again): a reward that raises or hangs on every sample. Every rank raises it at
+    the same round end (the round is gathered), so the ranks may write their checkpoint on the way out
+    together; the console shows its one line (run/errors.py)."""
 
     on_every_rank = True
 
@@ -204,7 +206,7 @@ class RegenerateExperience(L.Callback):
         why = report.first_error or ("algorithm.overlong_filter removed every sample (all cut at the length limit)"
                                      if scored else "the reward source abstained on every sample")
         if not dm.epoch_records():
-            raise RuntimeError(f"round {self.rounds + 1} has no scored sample ({why}) and there is no earlier "
+            raise DroppedRoundsError(f"round {self.rounds + 1} has no scored sample ({why}) and there is no earlier "
                                f"round to serve again; check the reward source (reward=...) and the task")
         if self.dropped_in_a_row >= self.max_dropped_rounds:
             raise DroppedRoundsError(f"{self.dropped_in_a_row} rounds in a row had every sample dropped ({why}); "
