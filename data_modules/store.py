@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_modules.experience import ExperienceRecord, Provenance
+from data_modules.store_checks import StoreDataError, StoreMissing, check_round_file, check_table
 from tasks.base import encode_prompt
 
 FORMAT_VERSION = "1"
@@ -192,17 +193,24 @@ class ExperienceStore:
 
 # ---------------------------------------------------------------- reading
 def _read_store_file(path: Path) -> tuple[pa.Table, str, list[str]]:
+    check_round_file(path)  # a FIFO, a device or a symlink: refused before anything opens it
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as err:
-        raise ValueError(f"{path} is not a readable Parquet file: {err}") from err
+        raise StoreDataError(f"{path} is not a readable Parquet file: {err}") from err
     meta = table.schema.metadata or {}
     if KEY_VERSION not in meta or KEY_FINGERPRINT not in meta:
-        raise ValueError(f"{path} is not a policyshift experience store file (no store metadata)")
+        raise StoreDataError(f"{path} is not a policyshift experience store file (no store metadata)")
     version = meta[KEY_VERSION].decode()
     if version != FORMAT_VERSION:
-        raise ValueError(f"{path} has store format version {version}; this code reads {FORMAT_VERSION}")
-    return table, meta[KEY_FINGERPRINT].decode(), json.loads(meta.get(KEY_JSON, b"[]"))
+        raise StoreDataError(f"{path} has store format version {version}; this code reads {FORMAT_VERSION}")
+    try:
+        json_columns = json.loads(meta.get(KEY_JSON, b"[]"))
+    except (ValueError, RecursionError):
+        json_columns = None
+    if not isinstance(json_columns, list) or not all(isinstance(c, str) for c in json_columns):
+        raise StoreDataError(f"{path}: its {KEY_JSON.decode()} metadata is not a JSON list of column names")
+    return table, meta[KEY_FINGERPRINT].decode(), json_columns
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -229,46 +237,74 @@ def retokenize(record: ExperienceRecord, tokenizer: Any) -> ExperienceRecord:
         completion_ids=completion, provenance=dataclasses.replace(record.provenance, source=source), **reset)
 
 
-def read_round(path: str | Path, tokenizer: Any, on_mismatch: str = "refuse") -> list[ExperienceRecord]:
-    """One store file's records; see `load_experience`."""
-    path = Path(path)
+def _checked_table(path: Path, tokenizer: Any, on_mismatch: str,
+                   vocab_size: int | None) -> tuple[pa.Table, list[str], bool]:
+    """(table, JSON columns, whether its tokenizer is the current one) of a store file whose rows passed
+    data_modules/store_checks.py (token ids against `vocab_size` only when they are kept: same tokenizer),
+    after the tokenizer rule (`tokenizer` None: not checked, as when planning a model node it cannot
+    probe). Raises StoreDataError naming the file (and row)."""
     table, fingerprint, json_columns = _read_store_file(path)
-    records = [row_to_record(_unflatten(flat, json_columns)) for flat in table.to_pylist()]
-    for i, r in enumerate(records):
-        if r.provenance.origin is None:
-            r.provenance.origin = f"{path.name}:{i}"
-    current = tokenizer_fingerprint(tokenizer)
+    current = fingerprint if tokenizer is None else tokenizer_fingerprint(tokenizer)
+    check_table(path, table, json_columns, vocab_size if fingerprint == current else None)
     if fingerprint == current:
-        return records
+        return table, json_columns, True
     if on_mismatch == "refuse":
-        raise ValueError(
+        raise StoreDataError(
             f"{path} was written with tokenizer {fingerprint} but the current tokenizer is {current}: "
             "its token ids mean different things here. Set data.harvest_mismatch=retokenize to re-encode "
             "the stored texts with the current tokenizer (log-probs are then dropped and recomputed).")
-    masked = [i for i, r in enumerate(records) if r.loss_mask is not None and 0 in r.loss_mask]
+    masks = table.column("loss_mask").to_pylist() if "loss_mask" in table.column_names else []
+    masked = [i for i, mask in enumerate(masks) if mask is not None and 0 in mask]
     if masked:
-        raise ValueError(
+        raise StoreDataError(
             f"{path} was written with tokenizer {fingerprint} but the current tokenizer is {current}, and "
             f"{len(masked)} of its records (rows {masked[:5]}...) have a loss_mask (multi-turn episodes' "
             "observations, conversations' user turns): data.harvest_mismatch=retokenize re-encodes only the "
             "texts and cannot carry such a mask over, so the masked tokens would train. Harvest this store "
             "with the tokenizer (model) that wrote it, or leave it out.")
-    return [retokenize(r, tokenizer) for r in records]
+    return table, json_columns, False
 
 
-def load_experience(directory: str | Path, tokenizer: Any,
-                    on_mismatch: str = "refuse") -> list[ExperienceRecord]:
+def read_round(path: str | Path, tokenizer: Any, on_mismatch: str = "refuse",
+               vocab_size: int | None = None) -> list[ExperienceRecord]:
+    """One store file's records; see `load_experience`."""
+    path = Path(path)
+    table, json_columns, same = _checked_table(path, tokenizer, on_mismatch, vocab_size)
+    records = [row_to_record(_unflatten(flat, json_columns)) for flat in table.to_pylist()]
+    for i, r in enumerate(records):
+        if r.provenance.origin is None:
+            r.provenance.origin = f"{path.name}:{i}"
+    return records if same else [retokenize(r, tokenizer) for r in records]
+
+
+def load_experience(directory: str | Path, tokenizer: Any, on_mismatch: str = "refuse",
+                    vocab_size: int | None = None) -> list[ExperienceRecord]:
     """Every record of every `round_*.parquet` in `directory`, in round order.
 
     Same tokenizer fingerprint: records come back exactly as written. Different fingerprint:
-    on_mismatch="refuse" raises ValueError; "retokenize" re-encodes the texts with `tokenizer` and sets
-    behaviour_logprobs/ref_logprobs to None: the caller must recompute them under the current policy. A
-    file holding records with a loss mask that masks tokens (episodes, conversations) is refused either way:
-    their masks cannot be re-derived from the texts.
+    on_mismatch="refuse" raises StoreDataError (a ValueError); "retokenize" re-encodes the texts with
+    `tokenizer` and sets behaviour_logprobs/ref_logprobs to None: the caller must recompute them under the
+    current policy. A file holding records with a loss mask that masks tokens (episodes, conversations) is
+    refused either way: their masks cannot be re-derived from the texts. Every file is checked as
+    data_modules/store_checks.py says (`vocab_size`: the model's, bounding the token ids; None: unbounded).
     Records with no `provenance.origin` get "<file name>:<row>"."""
+    return [r for path in _store_files(directory, on_mismatch)
+            for r in read_round(path, tokenizer, on_mismatch, vocab_size)]
+
+
+def check_store(directory: str | Path, tokenizer: Any, on_mismatch: str = "refuse",
+                vocab_size: int | None = None) -> int:
+    """What `load_experience` refuses, refused without building the records (a run checks its harvest
+    store when it is planned, before any model is built); the number of rows. `tokenizer` None: the
+    tokenizer rule is not checked."""
+    return sum(_checked_table(path, tokenizer, on_mismatch, vocab_size)[0].num_rows
+               for path in _store_files(directory, on_mismatch))
+
+
+def _store_files(directory: str | Path, on_mismatch: str) -> list[Path]:
     if on_mismatch not in MISMATCH_MODES:
         raise ValueError(f"data.harvest_mismatch={on_mismatch!r}: expected one of {MISMATCH_MODES}")
     files = round_files(directory)
     if not files:
-        raise FileNotFoundError(f"no experience store files (round_*.parquet) in {directory}")
-    return [r for _, path in files for r in read_round(path, tokenizer, on_mismatch)]
+        raise StoreMissing(f"no experience store files (round_*.parquet) in {directory}")
+    return [path for _, path in files]

@@ -17,6 +17,7 @@ from typing import Iterable, NoReturn
 
 from callbacks.regenerate import DroppedRoundsError
 from data_modules.preference_files import PreferenceDataError
+from data_modules.store_checks import StoreDataError
 from models.hf_checks import ModelFolderError
 from rewards.sandbox import SandboxUnavailable
 from run.checkpointing import CheckpointWriteError
@@ -33,7 +34,7 @@ class ConfigError(ValueError):
 
 
 USER_ERRORS = (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
-               NonFiniteLossError, CheckpointWriteError, DroppedRoundsError)
+               NonFiniteLossError, CheckpointWriteError, DroppedRoundsError, StoreDataError)
 
 
 def user_error(exc: BaseException) -> BaseException | None:

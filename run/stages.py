@@ -32,6 +32,7 @@ from run.recipe import recipe_line
 from run.validation.config import validate
 from run.validation.conversation_data import conversation_records
 from run.validation.data import check_stage_data
+from run.validation.harvest_data import check_harvest
 from run.validation.preference_data import preference_records
 from run.validation.schemas import stage_list_problems
 from run.validation.values import budget_warning, warmup_warning
@@ -124,6 +125,7 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     tokenizers: dict = {}  # the data against each stage's model context and reward (no weights loaded)
     for stage in stages:
         check_stage_data(stage.name, stage.cfg, stage.task, tokenizers)
+        check_harvest(stage.name, stage.cfg, tokenizers)  # a store's ids, lengths, finite numbers; no model
     for stage in stages:  # every stage's preference and conversation files, before the first stage trains
         records = preference_records(stage.name, stage.cfg, stage.task)
         if records is None:

@@ -72,6 +72,7 @@ def plan_tokenizer(cfg: DictConfig, cache: dict):
             chain = adapter_chain(path)  # [path], or an adapter folder down to its base model
             tok = load_tokenizer(tokenizer_folder(chain))
             check_vocab(path, tok, config.get("vocab_size"))
+            cache[("vocab", path)] = config.get("vocab_size")  # the embedding's rows (run/validation/harvest_data.py)
             context, source = context_length(config), f"{chain[-1]}/config.json"
             cache[("probe", path)] = (config_problems(config, Path(source)), str(tokenizer_folder(chain)),
                                       model_eos(chain, config))
