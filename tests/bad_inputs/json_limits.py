@@ -20,9 +20,11 @@ CASES: list[Case] = [
       f"error: DIR/t.jsonl:3: {DEEP_ERR}",
       setup=jsonl("t.jsonl", ['{"prompt": "1+1=", "answer": "2", "meta": ' + DEEP + "}"])),
     C("json-huge-int", "a task line with a 4,400-digit integer", JSONL + ("task.train_path=DIR/t.jsonl",),
-      f"error: DIR/t.jsonl:3: {HUGE_ERR}", setup=jsonl("t.jsonl", ['{"prompt": "1+1=", "answer": "2", "n": ' + HUGE + "}"])),
+      f"error: DIR/t.jsonl:3: {HUGE_ERR}",
+      setup=jsonl("t.jsonl", ['{"prompt": "1+1=", "answer": "2", "n": ' + HUGE + "}"])),
     C("conv-json-deep", "a chat line nested 5,000 deep", CONV,
-      f"error: stage sft: data.path=DIR/c.jsonl: DIR/c.jsonl:3: {DEEP_ERR}", setup=chats("c.jsonl", ['{"messages": ' + DEEP + "}"])),
+      f"error: stage sft: data.path=DIR/c.jsonl: DIR/c.jsonl:3: {DEEP_ERR}",
+      setup=chats("c.jsonl", ['{"messages": ' + DEEP + "}"])),
     C("conv-json-huge-int", "a chat line with a 4,400-digit integer", CONV,
       f"error: stage sft: data.path=DIR/c.jsonl: DIR/c.jsonl:3: {HUGE_ERR}",
       setup=chats("c.jsonl", ['{"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", '
