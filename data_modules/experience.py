@@ -49,6 +49,8 @@ class ExperienceRecord:
     values: list[float] | None = None  # critic's V(s_t) per completion token at annotation (PPO)
     returns: list[float] | None = None  # GAE return targets per completion token (PPO)
     token_advantages: list[float] | None = None  # GAE advantages per completion token (PPO)
+    prox_logprobs: list[float] | None = None  # correction=decoupled_ppo: the proximal policy's log-probs (the
+    # weights at the start of the round that serves it), set by the trainer each round (trainers/rollout.py)
     served_as: str = "fresh"  # fresh | replay | dataset: set by the data module when it serves a round
     loss_mask: list[int] | None = None  # 1/0 per completion token (None: every token trains), e.g. a
     # conversation's assistant turns 1, the user/tool turns between them 0 (data_modules/conversations.py),
@@ -72,6 +74,7 @@ class ExperienceBatch:
     values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     token_advantages: torch.Tensor | None = None
+    prox_logprobs: torch.Tensor | None = None
 
     @property
     def served_as(self) -> list[str]:
@@ -105,7 +108,7 @@ class ExperienceBatch:
         return [self] if size >= n else [self.select(slice(lo, min(lo + size, n))) for lo in range(0, n, size)]
 
 
-TOKEN_FIELDS = ("ref_logprobs", "values", "returns", "token_advantages")  # optional per-token lists
+TOKEN_FIELDS = ("ref_logprobs", "values", "returns", "token_advantages", "prox_logprobs")  # optional per-token lists
 
 
 def collate(records: list[ExperienceRecord], pad_id: int) -> ExperienceBatch:
