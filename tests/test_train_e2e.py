@@ -51,6 +51,9 @@ def test_train_two_stages_end_to_end(tmp_path):
     proc = train(*SMALL, "logger=csv", f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_run_dir(out)
+    for noise in ("GPU available", "TPU available", "💡 Tip", "LeafSpec", "Writing model shards", "W&B: None",
+                  "val/pref_accuracy_before"):  # third-party lines the user cannot act on, and empty rows
+        assert noise not in proc.stdout + proc.stderr, noise
     config = (out / "config.yaml").read_text()
     assert "trainers.sft.SFTModule" in config and "trainers.grpo.GRPOModule" in config
     # the final policy loads with transformers alone and generates
