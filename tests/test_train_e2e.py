@@ -245,7 +245,7 @@ def test_sft_on_chat_template_conversations_with_tools_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_the_smoke_quickstart_shows_both_lifts(tmp_path):
     """experiment=quickstart_smoke, the README's first look (~2 min): SFT lifts the fresh model and GRPO lifts
-    SFT's held-out accuracy (measured 0.755 → 0.830 at seed 42; the bounds leave room for the other paths)."""
+    SFT's held-out accuracy (measured 0.755 → 0.830 at seed 1; the bounds leave room for the other paths)."""
     out = tmp_path / "run"
     proc = train("experiment=quickstart_smoke", "callbacks.progress.refresh_rate=0", f"hydra.run.dir={out}",
                  timeout=1200)
