@@ -105,7 +105,7 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
 def say_wandb_run() -> None:
     """The last console line says where the W&B run is and how to look at it (nothing without W&B)."""
     run = sys.modules["wandb"].run if "wandb" in sys.modules else None
-    if run is None:
+    if run is None or getattr(run.settings, "mode", "") == "disabled":  # WANDB_MODE=disabled: no run to see
         return
     if getattr(run, "offline", False) or getattr(run.settings, "mode", "") == "offline":
         folder = Path(run.dir).parent  # <run>/wandb/offline-run-<date>-<id>/files → the run's folder

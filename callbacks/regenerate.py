@@ -51,7 +51,7 @@ class RegenerateExperience(L.Callback):
         self.rounds = self.epochs_ended = 0
         self.last_end_step = -1
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "generation_seconds": 0.0,
-                       "records_generated": 0, "records_dropped": 0, "reward_errors": 0}
+                       "records_generated": 0, "records_dropped": 0, "records_filtered": 0, "reward_errors": 0}
         self.reward_means: list[float] = []
         self.triggers: dict[str, int] = {}  # rounds made, by reason (rollout/trigger)
         self.replay_fracs: list[float] = []  # share of each round's groups that were replayed
@@ -287,7 +287,9 @@ class RegenerateExperience(L.Callback):
         t["generated_tokens"] += gen_tokens
         t["generation_seconds"] += out.seconds
         t["records_generated"] += len(out.completions)
-        t["records_dropped"] += len(out.completions) - len(rewards)
+        t["records_dropped"] += len(out.completions) - len(rewards)  # unscored (reward abstained or failed)
+        if self.round_extra:  # dynamic sampling: scored, but in a tied or surplus group, never trained on
+            t["records_filtered"] += len(rewards) - self.round_extra["rollout/dynamic_kept_records"]
         t["reward_errors"] += report.errors
         self.abstained += report.abstained
         self.timeouts += report.timeouts

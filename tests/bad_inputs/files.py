@@ -123,7 +123,7 @@ CASES: list[Case] = [
       HF + ("model.name_or_path=acme/absent-model",),
       "error: stage sft: model.name_or_path='acme/absent-model': no such local path, and the Hugging Face cache has "
       "no model 'acme/absent-model' (searched $HF_HUB_CACHE/models--acme--absent-model; HF_HUB_OFFLINE=1: nothing "
-      "is downloaded): fetch it with `huggingface-cli download acme/absent-model`, or let the run download it with "
+      "is downloaded): fetch it with `hf download acme/absent-model`, or let the run download it with "
       "HF_HUB_OFFLINE=0", patches=HUB_CACHE),
     C("no-tokenizer", "a model folder without tokenizer files", HF + ("model.name_or_path=DIR/m",),
       "error: stage sft: DIR/m: no tokenizer files (tokenizer.json, tokenizer.model or vocab.json + merges.txt; the "
@@ -149,7 +149,7 @@ CASES: list[Case] = [
       HF + ("model.name_or_path=DIR/m",),
       "error: stage sft: DIR/m/adapter_config.json base_model_name_or_path='Qwen/Qwen2.5-0.5B': no such local path, "
       "and the Hugging Face cache has no model 'Qwen/Qwen2.5-0.5B' (searched $HF_HUB_CACHE/models--Qwen--Qwen2.5-0.5B; "
-      "HF_HUB_OFFLINE=1: nothing is downloaded): fetch it with `huggingface-cli download Qwen/Qwen2.5-0.5B`, or let "
+      "HF_HUB_OFFLINE=1: nothing is downloaded): fetch it with `hf download Qwen/Qwen2.5-0.5B`, or let "
       "the run download it with HF_HUB_OFFLINE=0", setup=model_folder("m", adapter_of_a_hub_model), patches=HUB_CACHE),
     C("adapter-continue-with-lora", "a second LoRA adapter on one that continues",
       HF + ("model.name_or_path=DIR/m", "model.lora={r: 4, target_modules: all-linear}"),
