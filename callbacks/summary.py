@@ -29,7 +29,8 @@ class RunSummary:
         os.replace(tmp, self.path)
 
     def table(self) -> Table:
-        keys = ["val/accuracy_before", "val/accuracy_after", "val/pref_accuracy_before",
+        keys = ["val/accuracy_before", "val/accuracy_after", "val/loss_before", "val/loss_after",
+                "val/pref_accuracy_before",
                 "val/pref_accuracy_after", "rollout/reward_mean_first",
                 "rollout/reward_mean", "rollout/replay_frac_mean", "cost/generated_tokens", "cost/usd",
                 "cost/accuracy_gain_per_mtok", "train/steps", "wall_seconds"]

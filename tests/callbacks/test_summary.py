@@ -47,3 +47,12 @@ def test_lightnings_advert_and_device_lines_are_dropped_and_its_other_lines_kept
         assert not passes(noise), noise
     assert passes("Restoring states from the checkpoint path at x.ckpt")
     assert passes("GPU available: True (cuda), used: False", level=logging.WARNING)  # a warning is never dropped
+
+
+def test_sfts_held_out_loss_is_in_the_table(tmp_path):
+    """A conversations run's SFT stage has no verifier accuracy to show; its held-out loss before and after
+    (callbacks/heldout_loss.py's summary) was missing from the table."""
+    summary = RunSummary(tmp_path / "summary.json")
+    summary.add("sft", {"val/loss_before": 4.61, "val/loss_after": 0.23, "train/steps": 3})
+    text = rendered(summary)
+    assert "val/loss_before" in text and "4.610" in text and "val/loss_after" in text and "0.230" in text
