@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import time
 
-from data_modules.adaptive_policy import REASONS, REUSE_REASONS, AdaptivePolicy, ReplayMeasure, SourceMeasure
+from data_modules.adaptive_policy import (REASONS, REUSE_REASONS, SAY_REASON, SAY_REUSE, AdaptivePolicy, ReplayMeasure,
+                                         SourceMeasure)
 from data_modules.experience import ExperienceRecord
 from data_modules.replay_mix import ReplayMixDataModule
 from hardware.console import say
@@ -162,7 +163,8 @@ class AdaptiveDataModule(ReplayMixDataModule):
             say(self.trainer, f"[mix] round {self.rounds_put + 1}: {counts['fresh']} fresh prompts × {self.group_size}, "
                               f"{counts['replay']} replayed, {counts['harvest']} harvested groups; "
                               f"{planned['skipped']} prompts skipped; reuse limit "
-                              f"{'none' if limit is None else limit}; reason {self.reason}")
+                              f"{'none' if limit is None else limit} ({SAY_REUSE[self.policy.reuse_reason]}); "
+                              f"{SAY_REASON[self.reason]}")
         self.said = self.reason
 
     # ---- measuring the last round --------------------------------------------------------------------

@@ -35,7 +35,7 @@ from run.validation.data import check_stage_data
 from run.validation.harvest_data import check_harvest
 from run.validation.preference_data import preference_records
 from run.validation.schemas import stage_list_problems
-from run.validation.values import budget_warning, warmup_warning
+from run.validation.values import budget_warning, cpu_bf16_note, warmup_warning
 from tasks.jsonl import DataFileError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -140,7 +140,7 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
 def _warn(stages: list[Stage]) -> None:
     """One line on stderr (rank 0) for each stage setting that is allowed but likely not meant."""
     for stage in stages:
-        for note in (warmup_warning(stage.cfg), budget_warning(stage.cfg)):
+        for note in (warmup_warning(stage.cfg), budget_warning(stage.cfg), cpu_bf16_note(stage.cfg)):
             if note and distributed.is_zero():
                 print(f"warning: stage {stage.name}: {note}", file=sys.stderr, flush=True)
 
