@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from run.errors import ConfigError
 from run.validation.folders import config_problems, eos_problem, model_eos
+from run.validation.pairing import teacher_tools_problem
 from tasks.base import Example, Task, encode_prompt
 
 CODE_EXEC = "rewards.code_exec.CodeExecReward"
@@ -28,6 +29,9 @@ def check_stage_data(name: str, cfg: DictConfig, task: Task, tokenizers: dict) -
     problems: list[str] = []
     _check_tests(cfg, task, problems)
     _check_heldout(cfg, task, problems)
+    tools = teacher_tools_problem(cfg, task.train)
+    if tools:
+        problems.append(tools)
     tok, context, source, tok_name = plan_tokenizer(cfg, tokenizers)
     found, folder, stated = _folder_problems(cfg, tokenizers)
     problems.extend(found)
