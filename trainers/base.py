@@ -174,6 +174,11 @@ class PolicyModule(L.LightningModule):
         that annotated log-probs are computed as the training forward computes them."""
         return self.trainer.precision_plugin.forward_context() if self._trainer is not None else nullcontext()
 
+    @property
+    def mixed_precision(self) -> bool:
+        """Whether the training forward computes below float32 (trainer.precision=bf16-mixed | 16-mixed)."""
+        return self._trainer is not None and "mixed" in str(self.trainer.precision)
+
     @torch.no_grad()
     def frozen_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> list[list[float]]:
         """Completion-token log-probs of a frozen model, one list per record (for annotation), at the
