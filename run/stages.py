@@ -18,7 +18,7 @@ import torch
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hardware import distributed
@@ -152,18 +152,35 @@ def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, na
 
 
 def batch_arithmetic(cfg: DictConfig) -> str:
-    """One line: how a stage's records reach an optimizer step, over `world` ranks."""
+    """One line: how a stage's records reach an optimizer step, over `world` ranks. An algorithm that keeps
+    only some of a round's samples (online DPO's one pair per prompt: trainers/base.py kept_per_group) is
+    counted in what it keeps, at most; a round's last, partial batch is a step too."""
     data, world = cfg.data, world_size_of(cfg.trainer)
     batch = int(data.batch_size)
+    prompts, group = int(data.get("prompts_per_round", 0)), int(data.get("group_size", 0))
+    kept = _kept_per_group(cfg.algorithm) if prompts else None
+    unit = kept[1] if kept else "records"
     micro = min(int(data.get("micro_batch_size") or batch), batch // world) or 1
     accumulation = max(batch // world // micro, 1)
-    step = f"micro-batch {micro} × accumulation {accumulation} × {world} rank(s) = {batch} records per optimizer step"
-    if "prompts_per_round" not in data:
+    step = f"micro-batch {micro} × accumulation {accumulation} × {world} rank(s) = {batch} {unit} per optimizer step"
+    if not prompts:
         return step
-    prompts, group = int(data.prompts_per_round), int(data.group_size)
     records, passes = prompts * group, int(data.get("epochs_per_round", 1))
-    return (f"{prompts} prompts per round × {group} samples = {records} records per round, "
-            f"{records / world:g} per rank; {step}; {passes * records // batch} optimizer steps per round")
+    line = f"{prompts} prompts per round × {group} samples = {records} records per round, {records / world:g} per rank"
+    if kept is None:
+        return f"{line}; {step}; {passes * records // batch} optimizer steps per round"
+    most = prompts * kept[0]
+    return (f"{line}; at most {most} {unit} kept ({kept[0]} per prompt); {step}; at most "
+            f"{-(-passes * most // batch)} optimizer steps per round ({passes} passes)")
+
+
+def _kept_per_group(algorithm: DictConfig) -> tuple[int, str] | None:
+    """The algorithm class's `kept_per_group` (trainers/base.py), from its config node's `_target_`."""
+    try:
+        cls = get_class(algorithm._target_)
+    except Exception:  # an unimportable target is reported by validation, not by this line
+        return None
+    return getattr(cls, "kept_per_group", lambda node: None)(algorithm)
 
 
 def print_batch_arithmetic(stages: list[Stage]) -> None:

@@ -56,6 +56,14 @@ class PolicyModule(L.LightningModule):
                                             # automatic optimization)
         policy.train()  # dropout on while training; generation and evaluation switch to eval themselves
 
+    @classmethod
+    def kept_per_group(cls, algorithm) -> tuple[int, str] | None:
+        """(at most how many training items a round keeps per prompt group, what they are: "pairs" |
+        "records") for an algorithm that filters its rollouts in `annotate` (online DPO, SPIN, rejection
+        sampling), from its `algorithm` config node; None: every sample is served (GRPO, PPO). The batch
+        line (run/stages.py batch_arithmetic) counts a round's optimizer steps with it."""
+        return None
+
     @property
     def policy_version(self) -> int:
         """The optimizer step of the current weights: what rollouts record as their policy_version."""
