@@ -12,6 +12,7 @@ at fit start only if the checkpoint holds none still to serve. Before each round
 from __future__ import annotations
 
 import copy
+from dataclasses import asdict
 
 import lightning as L
 import torch
@@ -247,10 +248,10 @@ class RegenerateExperience(L.Callback):
         return {"rollout/logp_mismatch_kl": kl / max(tokens, 1), "rollout/logp_mismatch_abs": absdiff / max(tokens, 1)}
 
     def _record(self, pl_module, ex, prompt_ids, gid, completion, logprobs, text, score, per_source):
-        prov = Provenance(source="policy_rollout", created_step=pl_module.policy_version,
-                          policy_version=pl_module.policy_version, generator=self.generator.name,
+        weights = pl_module.weights_identity()  # model (+ revision), run id, run-wide policy version
+        prov = Provenance(source="policy_rollout", created_step=weights.policy_version, generator=self.generator.name,
                           sampling=self.generator.sampling, reward_source=self.reward.name,
-                          reward_version=self.reward.version, origin=ex.meta.get("origin"))
+                          reward_version=self.reward.version, origin=ex.meta.get("origin"), **asdict(weights))
         return ExperienceRecord(prompt_ids=prompt_ids, completion_ids=completion, provenance=prov,
                                 group_id=gid, prompt_text=ex.prompt, completion_text=text,
                                 answer=ex.answer, behaviour_logprobs=logprobs,

@@ -277,12 +277,24 @@ class FirstStep(L.Callback):
             fn()
 
 
-def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None, on_first_step=None):
+def model_name(node: DictConfig) -> str:
+    """What records name as their model: model.name_or_path, or for a model built in code its builder
+    and settings (`models.tiny.build_tiny(hidden_size=128, ..., seed=0)`: they fix its starting weights)."""
+    if node.get("name_or_path"):
+        return str(node.name_or_path)
+    plain = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items()
+             if k != "_target_" and v is not None and not isinstance(v, (dict, list))}
+    return f"{node._target_}({', '.join(f'{k}={v}' for k, v in plain.items())})"
+
+
+def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None, on_first_step=None,
+              version_offset: int = 0):
     """Build everything for one stage and fit it (from `ckpt_path` when resuming: weights, optimizer,
     scheduler, data position, buffer, callback state, RNG states); returns (policy, tokenizer, summary
     metrics). The final weights go to checkpoints/<stage>/final.ckpt, so a resumed run can skip this
     stage. SIGTERM/SIGINT during training write checkpoints/<stage>/last.ckpt and raise RunInterrupted.
-    `on_first_step`: called once after the fit's first optimizer step (train.py records the run there)."""
+    `on_first_step`: called once after the fit's first optimizer step (train.py records the run there).
+    `version_offset`: the optimizer steps of the run's earlier stages (policy versions count across stages)."""
     cfg, start = stage.cfg, time.perf_counter()
     if world_size_of(cfg.trainer) > 1 and not launched():  # never Lightning's own launcher (sys.argv replay)
         raise RuntimeError("several ranks asked for in a process that no launcher started: train.py starts "
@@ -294,6 +306,7 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     reward = instantiate(cfg.reward)
     datamodule = build(cfg.data, task=stage.task, tokenizer=tokenizer)
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
+    module.set_identity(model_name(cfg.model), cfg.run.get("wandb_id"), version_offset)  # records' provenance
     callbacks = [FirstStep(on_first_step)] if on_first_step else []
     callbacks += build_callbacks(cfg, generator, reward, stage.task, build_env(cfg))
     callbacks += [ResumeState(checkpoint_dir(stage) / "last.ckpt"), SameSettingsOnRanks(cfg)]
