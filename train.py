@@ -81,14 +81,17 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
     if zero:
         print_batch_arithmetic(stages)
     summary, policy, tokenizer = RunSummary(out / "summary.json", write=zero), None, None
+    version = 0  # the run-wide policy version: optimizer steps of the stages before this one
     for s in stages:
         if s.name in plan.finished:  # resume: this stage is done; take the policy it ended with
             say0(f"\n=== stage {s.name}: finished in the resumed run; loading its final weights")
             policy, tokenizer = load_finished_policy(s)
             summary.add(s.name, plan.finished[s.name])
+            version += int(plan.finished[s.name].get("train/steps", 0))
             continue
-        policy, tokenizer, metrics = _run_stage(s, policy, tokenizer, plan.resume, out, record)
+        policy, tokenizer, metrics = _run_stage(s, policy, tokenizer, plan.resume, out, record, version)
         summary.add(s.name, metrics)
+        version += int(metrics.get("train/steps", 0))
     record()
     merged = bool(OmegaConf.select(stages[-1].cfg, "model.lora.save_merged", default=False))
     saved = save_policy(policy, tokenizer, out / "policy", save_merged=merged)  # collective under FSDP
@@ -162,14 +165,15 @@ def _run_trainer(cfg: DictConfig, user_overrides: list[str], out: Path) -> DictC
     return compose("train", overrides=plan.overrides).trainer
 
 
-def _run_stage(s, policy, tokenizer, resume: int, out: Path, on_first_step=None):
+def _run_stage(s, policy, tokenizer, resume: int, out: Path, on_first_step=None, version_offset: int = 0):
     """One stage, from its last checkpoint when resuming; a signal ends the process (128 + signum)
-    after the stage's checkpoint is written. `on_first_step`: called after its first optimizer step."""
+    after the stage's checkpoint is written. `on_first_step`: called after its first optimizer step;
+    `version_offset`: the earlier stages' optimizer steps (the run-wide policy version it starts at)."""
     ckpt = resume_checkpoint(checkpoint_dir(s)) if resume else None
     say0(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}"
           + (f" (resuming from {ckpt})" if ckpt else " (no checkpoint yet: from its start)" if resume else ""))
     try:
-        return run_stage(s, policy, tokenizer, ckpt, on_first_step=on_first_step)
+        return run_stage(s, policy, tokenizer, ckpt, on_first_step=on_first_step, version_offset=version_offset)
     except RunInterrupted as e:
         say0(f"\n[checkpoint] stage {s.name}: {e}; continue with: python train.py resume=true "
               f"hydra.run.dir={out}")

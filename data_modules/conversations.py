@@ -18,10 +18,12 @@ boundary are rendered (before each assistant turn with the generation prompt, af
 of non-assistant messages, which is cut as one piece: Qwen2.5's template writes consecutive tool results
 as one user turn), and each piece's tokens are the difference of consecutive renderings; a template whose renderings are not prefixes of each other (one that
 rewrites earlier turns, e.g. drops past reasoning) is refused naming the row. An assistant turn's header
-(`<|im_start|>assistant\\n`, the generation prompt) is not trained; its content and everything the template
-writes after it up to the next turn (`<|im_end|>\\n`) are. The record's prompt is everything before the
-first trained turn's content; its completion is the rest, up to the last trained turn, with `loss_mask` 1
-on trained tokens and 0 on the user/tool/system turns (and untrained assistant turns) between them.
+(`<|im_start|>assistant\\n`, the generation prompt) is not trained; its content and its end-of-turn token
+(`<|im_end|>`) are; the whitespace the template writes after that token, before the next turn (ChatML's
+`\\n`), is not: a policy never samples it (generation stops at the end-of-turn token; `trained_length`).
+The record's prompt is everything before the first trained turn's content; its completion is the rest, up to
+the last trained turn, with `loss_mask` 1 on trained tokens and 0 on the user/tool/system turns (and untrained
+assistant turns) between them.
 `last_turn_only: true` trains the last assistant turn alone. Messages after the last assistant turn train
 nothing and are dropped.
 
@@ -145,11 +147,31 @@ def renderer(tokenizer: PreTrainedTokenizerBase) -> Render:
     """The tokenizer's chat template as a Render, or PlainTemplate when it has none."""
     if not getattr(tokenizer, "chat_template", None):
         return PlainTemplate(tokenizer)
+    return ChatTemplate(tokenizer)
 
-    def render(messages: list[dict], add_generation_prompt: bool) -> list[int]:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
+
+class ChatTemplate:
+    """The tokenizer's chat template (`apply_chat_template`) as a Render."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        self.tokenizer = tokenizer
+
+    def __call__(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-    return render
+
+
+def trained_length(tokenizer: PreTrainedTokenizerBase, body: list[int]) -> int:
+    """How many of an assistant turn's tokens train: up to and including its end-of-turn token (the last
+    special token, e.g. ChatML's <|im_end|>); the whitespace the template writes after it before the next
+    turn (ChatML's "\n") is not trained, since a policy never samples it: generation stops at the end-of-turn
+    token and the next turn's header (the template's generation prompt, `<|im_start|>assistant\n`) follows
+    it. A turn with no special token, or with more than whitespace after its last one, trains whole."""
+    special = set(getattr(tokenizer, "all_special_ids", None) or [])
+    ends = [i for i, t in enumerate(body) if t in special]
+    if not ends or ends[-1] == len(body) - 1:
+        return len(body)
+    return ends[-1] + 1 if not tokenizer.decode(body[ends[-1] + 1:]).strip() else len(body)
 
 
 @dataclass
@@ -213,11 +235,13 @@ def conversation_record(loc: str, messages: list[dict], render: Render, last_tur
     trained = trained[-1:] if last_turn_only else trained
     first, last = trained[0], trained[-1]
     prompt = [t for s in segs[:first] for t in s.head + s.body] + segs[first].head
-    completion, mask = list(segs[first].body), [1] * len(segs[first].body)
-    for i in range(first + 1, last + 1):
-        s, on = segs[i], int(i in trained)
-        completion += s.head + s.body
-        mask += [0] * len(s.head) + [on] * len(s.body)
+    tokenizer, completion, mask = getattr(render, "tokenizer", None), [], []
+    for i in range(first, last + 1):
+        s = segs[i]
+        head = s.head if i > first else []  # the first trained turn's header ends the prompt
+        n = 0 if i not in trained else trained_length(tokenizer, s.body) if tokenizer is not None else len(s.body)
+        completion += head + s.body
+        mask += [0] * len(head) + [1] * n + [0] * (len(s.body) - n)
     if not any(mask):
         raise DataFileError(f"{loc}: the assistant turns render to no tokens: nothing to train on")
     n = len(prompt) + len(completion)

@@ -18,8 +18,12 @@ import torch
 
 @dataclass
 class Provenance:
-    """Who made a record, with what, when. `policy_version` is the optimizer step of the weights that
-    generated it (None for data no policy of this run generated)."""
+    """Who made a record, with what, when. `policy_version` is the run-wide optimizer step of the weights
+    that generated it: it counts across the run's stages (a GRPO stage after 250 SFT steps starts at 250),
+    None for data no policy of this run generated. The weights themselves are named by `model` (+
+    `model_revision`), `run_id` and `policy_version`: the model the run started from, trained by that run
+    for that many optimizer steps. `times_used`: optimizer batches that served the record (a store's
+    column is rewritten as they change: data_modules/store.py)."""
 
     source: str  # policy_rollout | teacher | dataset | external_model | human
     created_step: int
@@ -30,6 +34,26 @@ class Provenance:
     reward_version: str | None = None
     origin: str | None = None  # task name, or file:row for loaded data
     times_used: int = 0
+    model: str | None = None  # the policy's model.name_or_path (a folder or Hub id), or the code that built it
+    model_revision: str | None = None  # a Hub model's snapshot commit (None: a local folder, a built model)
+    run_id: str | None = None  # the run whose weights generated it (run.json's id, also its W&B run id)
+
+
+@dataclass
+class WeightsIdentity:
+    """Which weights a policy has now (trainers/base.py PolicyModule.weights_identity): the fields of a
+    record's Provenance that name the behaviour policy."""
+
+    model: str | None
+    model_revision: str | None
+    run_id: str | None
+    policy_version: int
+
+
+def hub_revision(loaded_from: str | None) -> str | None:
+    """The commit of a Hub snapshot folder (`.../snapshots/<commit>`), else None."""
+    parts = str(loaded_from or "").rstrip("/").split("/")
+    return parts[-1] if len(parts) >= 2 and parts[-2] == "snapshots" else None
 
 
 @dataclass

@@ -22,6 +22,7 @@ float, bool, None, list and dict values, so they also survive `torch.save`/`torc
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -157,13 +158,23 @@ class ExperienceStore:
     """Writes one Parquet file per round into `directory` (created if needed).
 
     File index = round_index + offset. The offset is fixed at this object's first write so that the file
-    lands after every existing file: a second run (or a resumed one) appends rather than overwrites."""
+    lands after every existing file: a second run (or a resumed one) appends rather than overwrites.
+
+    Reuse counts: a round is written when it is made, before any of its records is served, so its
+    `prov_times_used` column starts at 0. The store keeps the records of the files it wrote while any of them
+    may still be served, and `sync` rewrites a file's `prov_times_used` column (that column only, atomically)
+    whenever their counts changed: the data module calls it before each new round, with each checkpoint and
+    at the end of the fit, so the counts read back are the optimizer batches that served each record, as of
+    the last round, checkpoint or end of the run. Its `state_dict` (in the data module's checkpoint) names
+    each row's record by (group id, position in its group), so a resumed run keeps the counts true."""
 
     def __init__(self, directory: str | Path, tokenizer: Any):
         self.directory = Path(directory)
         self.fingerprint = tokenizer_fingerprint(tokenizer)
         self._offset: int | None = None
         self._written: set[Path] = set()
+        self._rows: dict[str, list] = {}  # file name → its rows' records (None: not known after a resume)
+        self._counts: dict[str, list[int]] = {}  # file name → the prov_times_used the file holds
 
     def path_for(self, round_index: int) -> Path:
         if self._offset is None:
@@ -178,7 +189,13 @@ class ExperienceStore:
         path = self.path_for(round_index)
         if path.exists() and path not in self._written:
             raise FileExistsError(f"{path} was written by another run; refusing to overwrite it")
-        table = records_to_table(records, self.fingerprint)
+        self._replace(path, records_to_table(records, self.fingerprint))
+        self._written.add(path)
+        self._rows[path.name] = list(records)
+        self._counts[path.name] = [r.provenance.times_used for r in records]
+        return path
+
+    def _replace(self, path: Path, table: pa.Table) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
         try:
@@ -187,8 +204,47 @@ class ExperienceStore:
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
-        self._written.add(path)
-        return path
+
+    # ---- reuse counts
+    def sync(self, live: list) -> list[Path]:
+        """Rewrite the `prov_times_used` column of every file whose records were served since it was last
+        written; then forget the files none of whose records is in `live` (the buffer's records: no longer
+        served, so their counts are final). Returns the files rewritten."""
+        alive, rewritten = {id(r) for r in live}, []
+        for name, rows in list(self._rows.items()):
+            counts = [old if r is None else r.provenance.times_used for r, old in zip(rows, self._counts[name])]
+            if counts != self._counts[name]:
+                path = self.directory / name
+                table = pq.read_table(path)
+                column = table.schema.get_field_index(PROV_PREFIX + "times_used")
+                table = table.set_column(column, PROV_PREFIX + "times_used", pa.array(counts, pa.int64()))
+                self._replace(path, table.replace_schema_metadata(pq.read_schema(path).metadata))
+                self._counts[name] = counts
+                rewritten.append(path)
+            if not any(r is not None and id(r) in alive for r in rows):
+                del self._rows[name], self._counts[name]
+        return rewritten
+
+    def state_dict(self) -> dict:
+        """Per file still followed: each row's (group id, position in its group) and the counts it holds."""
+        keys = {}
+        for name, rows in self._rows.items():
+            seen: dict[int, int] = {}
+            keys[name] = []
+            for r in rows:
+                gid = None if r is None else r.group_id
+                keys[name].append(None if r is None else [gid, seen.setdefault(gid, 0)])
+                if r is not None:
+                    seen[gid] += 1
+        return {"rows": keys, "counts": copy.deepcopy(self._counts)}
+
+    def load_state_dict(self, state: dict, groups: dict[int, list]) -> None:
+        """Follow the files of `state` again, their rows' records found in `groups` (the restored buffer's)."""
+        def find(key):
+            group = groups.get(key[0], []) if key is not None else []
+            return group[key[1]] if key is not None and key[1] < len(group) else None
+        self._rows = {name: [find(k) for k in keys] for name, keys in state.get("rows", {}).items()}
+        self._counts = {name: list(state["counts"][name]) for name in self._rows}
 
 
 # ---------------------------------------------------------------- reading

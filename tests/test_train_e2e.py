@@ -210,16 +210,16 @@ def chat_rows(n: int) -> list[dict]:
 
 def assistant_text(m: dict) -> str:
     """An assistant turn's trained text in Qwen2.5's ChatML tool format, written out by hand: its content, each
-    tool call as a <tool_call> block, the end of turn."""
+    tool call as a <tool_call> block, the end-of-turn token (not the "\\n" the template writes after it)."""
     calls = [c["function"] for c in m.get("tool_calls", [])]
     blocks = [f'<tool_call>\n{{"name": "{c["name"]}", "arguments": {json.dumps(c["arguments"])}}}\n</tool_call>' for c in calls]
-    return "\n".join(([m["content"]] if m["content"] else []) + blocks) + "<|im_end|>\n"
+    return "\n".join(([m["content"]] if m["content"] else []) + blocks) + "<|im_end|>"
 
 
 def test_sft_on_chat_template_conversations_with_tools_end_to_end(tmp_path):
     """data=conversations through train.py with model=hf: the synthetic Qwen-shaped folder with the BPE
     tokenizer and its ChatML template (tool calls included). The trained tokens are exactly the assistant
-    turns' (content, tool calls, <|im_end|>\\n; counted by hand from the rows, never the tool results or
+    turns' (content, tool calls, <|im_end|>; counted by hand from the rows, never the tool results or
     the user turns), and the held-out loss on assistant tokens falls."""
     from models.synthetic import write_qwen_like
     from tests.helpers import CHAT_MODEL
