@@ -164,7 +164,7 @@ class AdaptiveDataModule(ReplayMixDataModule):
                               f"{counts['replay']} replayed, {counts['harvest']} harvested groups; "
                               f"{planned['skipped']} prompts skipped; reuse limit "
                               f"{'none' if limit is None else limit} ({SAY_REUSE[self.policy.reuse_reason]}); "
-                              f"{SAY_REASON[self.reason]}")
+                              f"{SAY_REASON[reason]}")
         self.said = self.reason
 
     # ---- measuring the last round --------------------------------------------------------------------
