@@ -40,7 +40,7 @@ from hardware import distributed
 from hardware.console import say
 from hardware.sharding import full_weights
 from rewards.base import RewardSource, ScoreReport, safe_score
-from tasks.base import Task, encode_prompt
+from tasks.base import Task, encode_example
 
 
 def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: RewardSource,
@@ -51,7 +51,7 @@ def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: Re
     held-out success with the tools, and val/tool_calls_per_episode says how often they were called."""
     examples = task.heldout[:num_examples] if num_examples else task.heldout
     mine = distributed.shard(examples)
-    prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in mine]
+    prompts = [encode_example(tokenizer, ex, task.chat) for ex in mine]
     done = sample(generator, policy, tokenizer, prompts, mine, env, task.chat, greedy=True) if prompts else None
     texts = done.texts if done else []
     report = safe_score(verifier, [ex.prompt for ex in mine], texts, mine)  # never raises
