@@ -62,6 +62,13 @@ def detect(row: dict, c: Columns = Columns()) -> str | None:
     return None
 
 
+def shape(name: str, c: Columns = Columns()) -> str:
+    """A format's columns as the data source names them, e.g. "{prompt, chosen, rejected}"."""
+    if name == LANGUAGE_MODELING:
+        return f"{{{c.text}}} or {{{c.messages}}}"
+    return "{" + ", ".join(col for col in _text_columns(name, c) + ((c.label,) if name == UNPAIRED else ())) + "}"
+
+
 def _text_columns(name: str, c: Columns) -> tuple[str, ...]:
     return {LANGUAGE_MODELING: (c.text, c.messages), PROMPT_ONLY: (c.prompt,), PROMPT_COMPLETION: (c.prompt, c.completion),
             PREFERENCE: (c.prompt, c.chosen, c.rejected), UNPAIRED: (c.prompt, c.completion)}[name]
@@ -74,7 +81,7 @@ def row_format(loc: str, row: dict, accepted: tuple[str, ...], taker: str, error
     name = detect(row, c)
     if name not in accepted:
         what = f"a {name} row" if name else f"a row of no dataset format (columns {sorted(row)})"
-        want = " or ".join(f"{a} {SHAPES[a]}" for a in accepted)
+        want = " or ".join(f"{a} {shape(a, c)}" for a in accepted)
         raise error(f"{loc}: {what}; {taker} takes {want} rows (see {DOC})")
     return RowFormat(name, any(isinstance(row.get(k), list) for k in _text_columns(name, c)))
 
