@@ -320,7 +320,9 @@ class ConversationsDataModule(ExperienceDataModule):
         self.records = [record(i, loc, m) for i, (loc, m) in enumerate(train)]
         self.heldout_records = [record(i, loc, m) for i, (loc, m) in enumerate(heldout)]  # never trained on
         trained = sum(sum(r.loss_mask) for r in self.records)
-        say0(f"[data] {path}: {len(self.records)} training rows ({trained:,} tokens "
+        chats = all(row.messages is not None for _, row in train)
+        what = "conversations" if chats else "rows"
+        say0(f"[data] {path}: {len(self.records)} training {what} ({trained:,} {'assistant ' if chats else ''}tokens "
               f"trained{', last turns only' if last_turn_only else ''}), {len(self.heldout_records)} held out")
 
     def epoch_records(self) -> list[ExperienceRecord]:
