@@ -27,7 +27,8 @@ from data_modules.preferences import PreferenceRecord, UnpairedRecord
 from hardware.console import say0
 from models.hub import dataset_files
 from tasks.base import encode_completion, encode_prompt
-from tasks.formats import PREFERENCE, UNPAIRED, detect, row_format, text_or_messages
+from tasks.formats import (PREFERENCE, UNPAIRED, as_messages, chat_ids, detect, encode_completion_after, row_format,
+                           text_or_messages)
 from tasks.formats import Columns as FormatColumns
 from tasks.jsonl import read_jsonl_objects
 
@@ -175,30 +176,16 @@ class RowEncoder:
     def _prompt_ids(self, prompt, chat: bool) -> list[int]:
         if not chat:
             return encode_prompt(self.tokenizer, prompt, chat=False)
-        return _template(self.tokenizer, _messages(prompt, "user"), add_generation_prompt=True)
+        return chat_ids(self.tokenizer, as_messages(prompt, "user"), add_generation_prompt=True)
 
     def _completion_ids(self, loc, prompt, prompt_ids, completion, chat: bool) -> list[int]:
         if not chat:
             return encode_completion(self.tokenizer, completion)
-        full = _template(self.tokenizer, _messages(prompt, "user") + _messages(completion, "assistant"),
-                         add_generation_prompt=False)
-        if full[: len(prompt_ids)] != prompt_ids or len(full) == len(prompt_ids):
-            raise PreferenceDataError(f"{loc}: the chat template does not render the completion as a "
-                                      f"continuation of the prompt; cannot split prompt and completion")
-        return full[len(prompt_ids):]
+        return encode_completion_after(self.tokenizer, loc, prompt, prompt_ids, completion, PreferenceDataError)
 
 
 def _text_or_messages(loc: str, key: str, row: dict):
     return text_or_messages(loc, key, row, PreferenceDataError)
-
-
-def _messages(value, role: str) -> list[dict]:
-    return value if isinstance(value, list) else [{"role": role, "content": value}]
-
-
-def _template(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
 def _show(value) -> str:
