@@ -32,7 +32,7 @@ import lightning as L
 from omegaconf import ListConfig
 from torchmetrics import MeanMetric
 
-from callbacks.eval_verifier import choose_verifier
+from callbacks.eval_verifier import choose_verifier, is_verifier
 from callbacks.logging import find_callback, log_now
 from callbacks.episodes import sample
 from generators.hf import HFGenerator
@@ -182,6 +182,12 @@ class HeldOutEvaluation(L.Callback):
                          f"{getattr(datamodule, 'source', 'other data')}, not on the task (its own held-out "
                          f"data is evaluated by callbacks.preference_eval; callbacks.evaluate.on_other_data=true "
                          f"evaluates the task anyway)")
+            return
+        if is_verifier(self.verifier) and self.task.heldout and not any(ex.answer for ex in self.task.heldout):
+            self.active = False  # every answer would score wrong: an accuracy of 0 that measures nothing
+            say(trainer, f"[eval] no held-out accuracy on task {self.task.name!r}: its held-out rows are prompt-only "
+                         f"(no reference answer) and {self.why} checks answers (callbacks.evaluate.verifier names "
+                         f"a reward that needs none)")
             return
         say(trainer, f"[eval] held-out accuracy is scored by {self.why}")
         if self.before is None:

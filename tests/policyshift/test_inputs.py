@@ -42,9 +42,10 @@ def test_a_model_object_and_a_text_dataset_train_sft_on_every_token(tmp_path, ch
 SEEN: list[str] = []
 
 
-def test_conversational_prompts_and_a_reward_callable_train_grpo(tmp_path, chat_folder):
+def test_conversational_prompts_and_a_reward_callable_train_grpo(tmp_path, chat_folder, capsys):
     """TRL's conversational prompt-only rows (which used to fail: prompts had to be strings) are RL prompts,
-    rendered with the model's chat template; the reward callable scores them."""
+    rendered with the model's chat template; the reward callable scores them. Prompt-only rows have no
+    reference answer: no held-out accuracy (exact match would score every answer wrong)."""
     SEEN.clear()
 
     def reward(prompts, completions, examples):
@@ -60,6 +61,8 @@ def test_conversational_prompts_and_a_reward_callable_train_grpo(tmp_path, chat_
                                 reward_fn=reward)
     assert summary["grpo"]["train/steps"] == 1
     assert SEEN and all(p.startswith("system: Add.\nuser: ") for p in SEEN)
+    assert "val/accuracy" not in summary["grpo"]
+    assert "[eval] no held-out accuracy on task 'train': its held-out rows are prompt-only" in capsys.readouterr().out
 
 
 def test_conversational_preferences_train_dpo(tmp_path, chat_folder):
