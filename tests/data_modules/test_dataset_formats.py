@@ -184,3 +184,13 @@ def test_a_row_of_no_format_is_refused_naming_file_and_row(tmp_path):
     with pytest.raises(DataFileError, match=r"t.jsonl:1: a preference row; task=jsonl takes"):
         jsonl_task(write(tmp_path / "t.jsonl", [{"prompt": "a", "chosen": "b", "rejected": "c"}] * 2), None, False,
                    1, "prompt", "answer")
+
+
+def test_one_docs_table_lists_every_format_and_the_other_docs_link_to_it():
+    from pathlib import Path
+    from tasks.formats import SHAPES
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    rows = [line for line in (docs / "datasets.md").read_text().splitlines() if line.startswith("| ")]
+    assert {line.split("|")[1].strip() for line in rows[1:]} >= set(SHAPES)
+    for page in ("conversations.md", "preferences.md", "../README.md"):
+        assert "datasets.md" in (docs / page).read_text(), page
