@@ -29,7 +29,7 @@ from data_modules.adaptive_policy import (REASONS, REUSE_REASONS, SAY_REASON, SA
 from data_modules.experience import ExperienceRecord
 from data_modules.replay_mix import ReplayMixDataModule
 from hardware.console import say
-from tasks.base import encode_prompt
+from tasks.base import encode_example
 
 SERVED = {"fresh": "fresh", "replay": "replay", "dataset": "harvest"}  # served_as → the policy's source
 
@@ -138,7 +138,7 @@ class AdaptiveDataModule(ReplayMixDataModule):
     def _prompt(self, idx: int):
         ex = self.task.train[idx]
         if idx not in self._encoded:
-            self._encoded[idx] = encode_prompt(self.tokenizer, ex.prompt, self.task.chat)
+            self._encoded[idx] = encode_example(self.tokenizer, ex, self.task.chat)
         gid, self.next_group_id = self.next_group_id, self.next_group_id + 1
         self.group_prompt[gid] = idx
         return ex, self._encoded[idx], gid

@@ -11,7 +11,7 @@ from data_modules.base import ExperienceDataModule
 from data_modules.buffer import ExperienceBuffer
 from data_modules.experience import ExperienceRecord
 from data_modules.store import ExperienceStore
-from tasks.base import Example, Task, encode_prompt
+from tasks.base import Example, Task, encode_example
 
 
 class FreshRolloutsDataModule(ExperienceDataModule):
@@ -55,7 +55,7 @@ class FreshRolloutsDataModule(ExperienceDataModule):
             idx = self._order[self.cursor % len(self._order)]
             self.cursor += 1
             if idx not in self._encoded:
-                self._encoded[idx] = encode_prompt(self.tokenizer, self.task.train[idx].prompt, self.task.chat)
+                self._encoded[idx] = encode_example(self.tokenizer, self.task.train[idx], self.task.chat)
             out.append((self.task.train[idx], self._encoded[idx], self.next_group_id))
             self.next_group_id += 1
         return out

@@ -42,7 +42,7 @@ def check_stage_data(name: str, cfg: DictConfig, task: Task, tokenizers: dict) -
         if eos:
             problems.append(eos)
         elif task.chat and not getattr(tok, "chat_template", None):
-            problems.append(f"task.chat=true but {tok_name} has no chat template")
+            problems.append(f"{task.chat_why} but {tok_name} has no chat template")
         elif context:
             _check_lengths(cfg, task, tok, context, source, problems)
     if problems:
