@@ -23,7 +23,7 @@ def calculator(expression: str, max_digits: int, max_exponent: int) -> str:
     raises ValueError."""
     try:
         tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError, ValueError):  # ValueError: a literal past 4,300 digits
         raise ValueError(f"not an arithmetic expression: {clip(expression, ECHO_CHARS)!r}") from None
     try:
         value = _eval(tree.body, max_exponent, max_digits)
