@@ -39,6 +39,8 @@ def test_tool_use_runs_both_stages_and_reports_tool_statistics(tmp_path):
                                        and "rollout/tool_budget_spent" in r for r in per_round)
     records = load_experience(store, build_char_tokenizer())
     assert len(records) == 3 * 4 * 8
+    shown = sum(t["kind"] == "observation" for r in records for t in r.turns)
+    assert shown == grpo["cost/tool_calls"], (shown, grpo["cost/tool_calls"])  # every call counted was shown
     for r in records:
         assert len(r.loss_mask) == len(r.completion_ids) == len(r.behaviour_logprobs)
         assert r.turns and r.turns[0]["kind"] == "policy" and sum(t["length"] for t in r.turns) == len(r.completion_ids)
@@ -71,6 +73,8 @@ def test_tool_use_chat_runs_two_turn_episodes_on_an_hf_chat_model(tmp_path):
     rendering, records = ChatRendering(tok), load_experience(store, tok)
     two_turn = [r for r in records if any(t["kind"] == "observation" for t in r.turns)]
     assert two_turn, "no rollout called the tool"
+    shown = sum(t["kind"] == "observation" for r in records for t in r.turns)
+    assert shown == grpo["cost/tool_calls"], (shown, grpo["cost/tool_calls"])  # every call counted was shown
     for r in two_turn:
         call, obs = r.turns[0], r.turns[1]
         assert r.completion_ids[call["start"] + call["length"] - 1] == rendering.turn_end_id
