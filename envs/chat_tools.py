@@ -181,6 +181,7 @@ class ChatRendering:
         self.special_texts = sorted({tokenizer.convert_ids_to_tokens(i) for i in self.special_ids}, key=len,
                                     reverse=True)
         self._own: dict[bool, list[int]] = {}  # the template's own special ids around a tool message
+        self._wrapper: dict[bool, int] = {}
 
     def _after_mark(self, extra: list[dict], generation_prompt: bool = False) -> str:
         messages = [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.MARK}, *extra]
@@ -218,6 +219,12 @@ class ChatRendering:
             raise ValueError(f"a tool message's special ids {self.specials(ids)} differ from the chat template's "
                              f"own {own}: this template cannot carry tool text safely")
         return ids
+
+    def wrapper_length(self, turn_closed: bool) -> int:
+        """Tokens the template's tool turn and the next header take around an (empty) tool message."""
+        if turn_closed not in self._wrapper:
+            self._wrapper[turn_closed] = len(self.observation_ids("", turn_closed))
+        return self._wrapper[turn_closed]
 
     def defuse(self, text: str) -> str:
         """`text` with a zero-width space after the first character of every special token's text in it."""

@@ -215,7 +215,7 @@ def wrapper_length(turn_ids: list[int], env, tokenizer, rendering: ChatRendering
     """Tokens an observation takes beside its text: the template's tool turn and the next header, or the
     tag format's prefix and suffix."""
     if rendering is not None:
-        return len(rendering.observation_ids("", bool(turn_ids) and turn_ids[-1] == rendering.turn_end_id))
+        return rendering.wrapper_length(bool(turn_ids) and turn_ids[-1] == rendering.turn_end_id)
     head, tail = getattr(env, "result_prefix", "") or "", getattr(env, "result_suffix", "") or ""
     return len(encode(tokenizer, head)) + len(encode(tokenizer, tail))
 
