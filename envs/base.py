@@ -10,9 +10,9 @@ environment per episode from the `env` config (a `_partial_` factory), then:
 `policy_text` is the turn as decoded text: its final stop id dropped, and every other special id too (a
 special id has no text; the turn's provenance counts those dropped, `special_dropped`), so a program a tool
 runs is that text. A turn ends at a stop id (eos), at one of `env.stop_strings` (a tool call's close tag) or
-at the length limit. The episode's last turn (after `max_turns` - 1, or when the context has no room for
-an observation and a turn after it) goes to `env.answer(policy_text)` instead: a tool environment runs no
-call in it (its result could never be shown). The episode ends when the
+at the length limit. The episode's last turn (turn `max_turns`, one that did not end with a call, or one
+after which the context has no room for an observation and a token) goes to `env.answer(policy_text)`
+instead: a tool environment runs no call in it (its result could never be shown). The episode ends when the
 environment says `done`, when the turn ended at eos or at the length limit, after `max_turns` policy
 turns, or when the context is full. `observation` is appended as tokens (at most `max_observation_tokens`)
 before the next policy turn. A user's environment subclasses `Environment` (or provides the same
