@@ -14,7 +14,7 @@ generated and dropped); this callback adds the training side and the verdict:
     cost/reward_gain_per_mtok                   (last round's mean reward - first round's) per million
                                                 generated tokens: the learning signal a token bought
     cost/accuracy_gain_per_mtok                 the same with held-out accuracy (after - before)
-    cost/tool_wait_frac                         with an env: the seconds rounds waited for tools (cost/tool_wait_seconds)
+    cost/tool_wait_seconds_frac                 with an env: the seconds rounds waited for tools (cost/tool_wait_seconds)
                                                 over those and the generation and training seconds
 Per round (at each round's end) the cumulative values are logged, plus cost/round_train_seconds.
 With ranks, each counts its share of every step and each report adds them up (seconds: the slowest).
@@ -134,7 +134,7 @@ class CostLedger(L.Callback):
             out["cost/reward_gain_per_mtok"] = (self.reward_last - self.reward_first) / gen_mtok
         if self.tool_wait_seconds is not None:  # tool time against generation and training time
             total = self.tool_wait_seconds + self.generation.get("generation_seconds", 0.0) + self.train_seconds
-            out["cost/tool_wait_frac"] = self.tool_wait_seconds / total if total > 0 else 0.0
+            out["cost/tool_wait_seconds_frac"] = self.tool_wait_seconds / total if total > 0 else 0.0
         if gen_mtok > 0 and self.accuracy_before is not None:
             out["cost/accuracy_gain_per_mtok"] = (self.accuracy_after - self.accuracy_before) / gen_mtok
         return out

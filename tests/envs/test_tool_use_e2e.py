@@ -28,9 +28,9 @@ def test_tool_use_runs_both_stages_and_reports_tool_statistics(tmp_path):
     grpo = summary["grpo"]
     for key in ("rollout/tool_calls_per_episode_mean", "rollout/tool_malformed_total", "cost/tool_seconds",
                 "cost/tool_calls", "val/tool_calls_per_episode", "cost/tool_wait_seconds",
-                "rollout/tool_budget_spent_total", "cost/tool_wait_frac"):
+                "rollout/tool_budget_spent_total", "cost/tool_wait_seconds_frac"):
         assert key in grpo, key
-    assert grpo["rollout/tool_budget_spent_total"] == 0 and 0 <= grpo["cost/tool_wait_frac"] < 1
+    assert grpo["rollout/tool_budget_spent_total"] == 0 and 0 <= grpo["cost/tool_wait_seconds_frac"] < 1
     assert grpo["cost/generated_tokens"] > 0 and grpo["rollout/rounds"] == 3
     assert "val/tool_calls_per_episode" in summary["sft"]  # SFT's held-out evaluation plays episodes too
     rows = list(csv.DictReader((out / "csv" / "grpo" / "metrics.csv").open()))
