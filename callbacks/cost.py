@@ -14,8 +14,9 @@ generated and dropped); this callback adds the training side and the verdict:
     cost/reward_gain_per_mtok                   (last round's mean reward - first round's) per million
                                                 generated tokens: the learning signal a token bought
     cost/accuracy_gain_per_mtok                 the same with held-out accuracy (after - before)
-    cost/tool_wait_seconds_frac                 with an env: the seconds rounds waited for tools (cost/tool_wait_seconds)
-                                                over those and the generation and training seconds
+    cost/tool_wait_seconds_frac                 with an env: the seconds rounds waited for tools
+                                                (cost/tool_wait_seconds) over those and the generation
+                                                and training seconds
 Per round (at each round's end) the cumulative values are logged, plus cost/round_train_seconds.
 With ranks, each counts its share of every step and each report adds them up (seconds: the slowest).
 """

@@ -65,13 +65,14 @@ def chat_model(tok, context: int = 20000):
 
 def turn(tok, text: str) -> list[int]:
     """A chat policy turn: `text` (as text: special tokens split) then the turn-end id."""
-    return tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"] + [tok.convert_tokens_to_ids(IM_END)]
+    ids = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return ids + [tok.convert_tokens_to_ids(IM_END)]
 
 
-def chat_env(tools=None, max_turns=3, max_tool_calls=3, max_observation_tokens=64, **kw):
+def chat_env(tools=None, max_turns=3, max_tool_calls=3, max_observation_tokens=64, round_tool_seconds=60):
     return functools.partial(ChatToolEnv, tools or {"calculator": CALC}, max_tool_calls=max_tool_calls,
                              max_turns=max_turns, max_observation_tokens=max_observation_tokens,
-                             round_tool_seconds=kw.get("round_tool_seconds", 60), tool_workers=kw.get("tool_workers", 1))
+                             round_tool_seconds=round_tool_seconds, tool_workers=1)
 
 
 def observations(played, tok) -> list[str]:
