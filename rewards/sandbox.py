@@ -119,10 +119,12 @@ class Sandbox:
             self._checked.add(path)
 
     # ------------------------------------------------------------------ running
-    def run(self, files: dict[str, str], argv: list[str], idle_seconds: float | None = None) -> RunResult:
+    def run(self, files: dict[str, str], argv: list[str], idle_seconds: float | None = None,
+            wall_seconds: float | None = None) -> RunResult:
         """Write `files` to a fresh read-only dir (/harness inside) and run `python -I -S /harness/argv[0]
-        argv[1:]` in it, killed after `wall_seconds`, or once its stdout has been silent for `idle_seconds`
-        after its first output. Never raises for anything the program does; the temp dir is removed
+        argv[1:]` in it, killed after `wall_seconds` (the sandbox's, or this run's when smaller: a tool call
+        near the end of its round's budget), or once its stdout has been silent for `idle_seconds` after its
+        first output. Never raises for anything the program does; the temp dir is removed
         (by the next start if this process is killed meanwhile)."""
         token = uuid.uuid4().hex
         if self.backend == "unshare":
@@ -138,7 +140,8 @@ class Sandbox:
             for p in (root, code, *code.iterdir()):
                 p.chmod(0o755 if p.is_dir() else 0o644)
             cmd, cwd = self._command(root, code, [argv[0], *argv[1:], token], uid)
-            return self._execute(cmd, cwd, token, str(root), uid, group, idle_seconds)
+            wall = self.wall_seconds if wall_seconds is None else min(self.wall_seconds, wall_seconds)
+            return self._execute(cmd, cwd, token, str(root), uid, group, idle_seconds, wall)
         finally:
             shutil.rmtree(root, ignore_errors=True)
             if group is not None:
@@ -172,7 +175,7 @@ class Sandbox:
                 "--nofile=64", "--core=0", "--"]
 
     def _execute(self, cmd: list[str], cwd: str, token: str, root: str, uid: int | None,
-                 group: Path | None, idle: float | None) -> RunResult:
+                 group: Path | None, idle: float | None, wall: float) -> RunResult:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -180,7 +183,7 @@ class Sandbox:
                                     preexec_fn=functools.partial(enter_run, group, uid))
         except (OSError, subprocess.SubprocessError) as e:  # e.g. a tool vanished: this run did not start
             return RunResult(b"", f"{type(e).__name__}: {e}".encode(), None, 0.0, False, False, token, root)
-        out, err, timed_out, limited, stalled = read_bounded(proc, start + self.wall_seconds, self.max_output,
+        out, err, timed_out, limited, stalled = read_bounded(proc, start + wall, self.max_output,
                                                              idle)
         kill_tree(proc)
         return RunResult(out, err, proc.returncode, time.monotonic() - start, timed_out, limited, token, root,
