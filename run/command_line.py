@@ -77,8 +77,7 @@ def command_line_problem(args: list[str], conf_dir: Path = CONF_DIR, config_name
         return problem
     with _hydra(conf_dir):
         try:
-            compose(config_name, overrides=[t for t, _ in parsed])
-            return None
+            return _empty_mapping_problem(parsed, compose(config_name, overrides=[t for t, _ in parsed]))
         except Exception:  # noqa: BLE001 - find which override Hydra refused
             pass
         groups = [t for t, ov in parsed if _is_group(ov, conf_dir)]
@@ -87,6 +86,24 @@ def command_line_problem(args: list[str], conf_dir: Path = CONF_DIR, config_name
         except Exception:  # noqa: BLE001 - Hydra's own message covers it
             return None
     return _key_problem(parsed, base, conf_dir)
+
+
+def _empty_mapping_problem(parsed, cfg: DictConfig) -> str | None:
+    """`env.tools={}`: Hydra merges a mapping into the node, so {} changes nothing and the run keeps every
+    entry it had, silently."""
+    for text, ov in parsed:
+        if ov.is_delete() or _is_group_key(ov.key_or_group) or ov.value() != {}:
+            continue
+        node = OmegaConf.select(cfg, ov.key_or_group, default=None, throw_on_resolution_failure=False)
+        if isinstance(node, DictConfig) and len(node):
+            keys = [str(k) for k in node.keys()]
+            return (f"{text}: {{}} is merged into `{ov.key_or_group}`, which keeps {', '.join(keys)}: nothing changes; "
+                    f"remove an entry with ~{ov.key_or_group}.{keys[0]}")
+    return None
+
+
+def _is_group_key(key: str) -> bool:
+    return "." not in key and (CONF_DIR / key).is_dir()
 
 
 def _overrides(args: list[str]) -> list[str] | None:
