@@ -4,6 +4,9 @@ The project's own errors (a config value, a data file, a model folder, a sandbox
 non-finite loss) already name the key, file and line at fault; the traceback above them only hides that.
 `HYDRA_FULL_ERROR=1` brings the traceback back (re-raised as Hydra would). Anything else (a bug) keeps
 Hydra's usual report.
+
+This module imports nothing heavy at its top (the command line is checked with it before torch is
+imported: run/command_line.py); the project's error classes are imported when an error is looked at.
 """
 from __future__ import annotations
 
@@ -12,12 +15,6 @@ import os
 import sys
 from typing import Iterable, NoReturn
 
-from data_modules.preference_files import PreferenceDataError
-from models.hf_checks import ModelFolderError
-from rewards.sandbox import SandboxUnavailable
-from run.checkpointing import CheckpointWriteError
-from tasks.jsonl import DataFileError
-from trainers.base import NonFiniteLossError
 
 
 class ConfigError(ValueError):
@@ -28,15 +25,23 @@ class ConfigError(ValueError):
         self.problems, self.where = list(problems or []), where
 
 
-USER_ERRORS = (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
-               NonFiniteLossError, CheckpointWriteError)
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The project's own error classes (imported here, not at the top: see the module's docstring)."""
+    from data_modules.preference_files import PreferenceDataError
+    from models.hf_checks import ModelFolderError
+    from rewards.sandbox import SandboxUnavailable
+    from run.checkpointing import CheckpointWriteError
+    from tasks.jsonl import DataFileError
+    from trainers.base import NonFiniteLossError
+    return (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
+            NonFiniteLossError, CheckpointWriteError)
 
 
 def user_error(exc: BaseException) -> BaseException | None:
     """`exc`, or the project error it wraps (Hydra's InstantiationException keeps it as __cause__)."""
-    seen = 0
+    seen, errors = 0, user_errors()
     while exc is not None and seen < 5:
-        if isinstance(exc, USER_ERRORS):
+        if isinstance(exc, errors):
             return exc
         exc, seen = exc.__cause__, seen + 1
     return None

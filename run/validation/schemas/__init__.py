@@ -124,7 +124,7 @@ def _line(schema, values, err: dict, prefix: str) -> tuple[str, str]:
             key = prefix + ".".join(path + [part])
             known = [k for k in fields if k not in ("_target_", "_partial_", "_convert_")]
             near = nearest(part, known)
-            where = (values.get("_target_") if not path else None) or prefix + ".".join(path)
+            where = (values.get("_target_") if not path else None) or prefix + ".".join(path) or "the config"
             hint = f"; did you mean `{prefix}{'.'.join(path + [near])}`?" if near else ""
             return key, f"{key}: {where} has no key `{part}` (its keys: {', '.join(known)}){hint}"
     key = prefix + ".".join(path)

@@ -18,7 +18,7 @@ class StageSpec(Node):
     overrides: must(list[str], "a list of overrides ([algorithm=sft, trainer.max_steps=100])") = None
 
 
-class Cost(OpenNode):
+class Cost(Node):
     """The cost ledger's price list (callbacks/cost.py): a negative price makes cost/usd meaningless."""
     usd_per_mtok_generated: NonNegativeNumber = None
     usd_per_mtok_trained: NonNegativeNumber = None
@@ -194,7 +194,8 @@ class Wandb(OpenNode):
 LOGGERS = {"lightning.pytorch.loggers.CSVLogger": CSV, "callbacks.wandb_run.StageWandbLogger": Wandb}
 
 
-class TopLevel(OpenNode):
+class TopLevel(Node):
+    """The top-level keys: closed (a key no run reads is refused, `+typo=1` in a stage's overrides too)."""
     seed: Seed = None
     stages: must(list[StageSpec], "a list of {name, overrides}") = None
     print_config: Bool = None
