@@ -70,9 +70,13 @@ def default_python() -> str:
 class Sandbox:
     def __init__(self, backend: str, allow_weak: bool, python: str | None, cpu_seconds: float,
                  memory_mb: int, max_processes: int, max_file_mb: int, tmpfs_mb: int,
-                 wall_seconds: float, max_output_kb: int, protect: list[str | None] | None = None):
+                 wall_seconds: float, max_output_kb: int, protect: list[str | None] | None = None,
+                 key: str = "reward.sandbox", weak_key: str = "reward.allow_weak_sandbox"):
+        """`key`: where this sandbox's node is in the config, `weak_key`: the key that accepts rlimits only;
+        the refusals name them (reward=code_exec's by default; conf/env/chat_python.yaml names its own)."""
+        self.key, self.weak_key = key, weak_key
         if backend not in ("auto",) + BACKENDS:
-            raise ValueError(f"reward.sandbox.backend={backend!r}: choose auto, {', '.join(BACKENDS)}")
+            raise ValueError(f"{key}.backend={backend!r}: choose auto, {', '.join(BACKENDS)}")
         self.python = python or default_python()
         self.cpu_seconds, self.memory_mb, self.max_processes = cpu_seconds, memory_mb, max_processes
         self.max_file_mb, self.tmpfs_mb, self.wall_seconds = max_file_mb, tmpfs_mb, wall_seconds
@@ -94,16 +98,16 @@ class Sandbox:
                 self._refuse_if_exposed()
                 return name
         if wanted not in ("auto", "rlimits"):
-            raise SandboxUnavailable(f"reward.sandbox.backend={wanted} does not work here: {why[wanted]}")
+            raise SandboxUnavailable(f"{self.key}.backend={wanted} does not work here: {why[wanted]}")
         if allow_weak:
             return "rlimits"
-        lead = ("reward.sandbox.backend=rlimits isolates nothing" if wanted == "rlimits" else
+        lead = (f"{self.key}.backend=rlimits isolates nothing" if wanted == "rlimits" else
                 f"no sandbox with isolation beyond rlimits works here "
                 f"({'; '.join(f'{k}: {v}' for k, v in why.items())}); install bubblewrap "
                 "(apt-get install -y bubblewrap) or allow unprivileged user namespaces")
         raise SandboxUnavailable(
             f"{lead}. Model-written code would run with only resource limits: refusing to start. Set "
-            "reward.allow_weak_sandbox=true to accept that (never on a machine with secrets).")
+            f"{self.weak_key}=true to accept that (never on a machine with secrets).")
 
     def _refuse_if_exposed(self, paths: list[str] | None = None) -> None:
         try:
