@@ -28,7 +28,7 @@ CASES: list[Case] = [
       "reinforce_pp, rejection_sampling, reward_model, rloo, sft, spin); did you mean algorithm=grpo?", when="command line"),
     C("experiment-typo", "a misspelled experiment", ("experiment=quickstar",),
       "error: experiment=quickstar: there is no experiment=quickstar (choices: grpo_code, instructgpt, onpolicy_vs_replay, "
-      "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, sft_then_spin, short_sft_adaptive, short_sft_dpo, short_sft_grpo, single, "
+      "quickstart, quickstart_smoke, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, sft_then_spin, short_sft_adaptive, short_sft_dpo, short_sft_grpo, single, "
       "tool_use, tool_use_chat); did you mean experiment=quickstart?",
       when="command line"),
     C("sweep-choice-typo", "a misspelled choice in a sweep", ("-m", "correction=ppo_clip,trunc_is"),
