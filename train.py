@@ -22,21 +22,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-CHECKED: list[bool] = []  # the command line was checked (once per process)
-
-
-def check_command_line() -> None:
-    """A wrong command line is one line and exit 1, before torch, Lightning and transformers are imported
-    (run/command_line.py imports Hydra alone): a typo is answered in about two seconds, not thirty."""
-    if CHECKED:
-        return
-    from run.command_line import exit_on_bad_command_line, with_default_data
-    sys.argv[1:] = with_default_data(sys.argv[1:])  # algorithm=dpo alone: its own data's keys apply
-    exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
-    CHECKED.append(True)
-
-
 if __name__ == "__main__":
+    from run.command_line import check_command_line  # Hydra alone: a typo answers before torch loads
     check_command_line()
 
 from hardware.memory import return_large_blocks_to_os  # noqa: E402
@@ -284,6 +271,7 @@ def finish_wandb() -> None:
 
 def cli() -> None:
     """`python train.py ARGS`, and the `policyshift` console script (pyproject.toml)."""
+    from run.command_line import check_command_line
     check_command_line()
     main()
 
