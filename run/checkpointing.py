@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import random
 import re
 import shutil
@@ -57,6 +58,34 @@ class CheckpointWriteError(OSError):
 
     def __str__(self) -> str:  # the message alone, not OSError's "[Errno 28] ..."
         return str(self.strerror)
+
+
+class CheckpointReadError(ValueError):
+    """A checkpoint a resume reads is not what this project writes (a pickled object, a torn or foreign
+    file, a component's state out of range): refused before anything from it is used."""
+
+
+def load_checkpoint(path: Path) -> dict:
+    """A checkpoint from a run folder, loaded with the safe loader (tensors and plain types only: a
+    pickled object in the file is refused, never run), or CheckpointReadError naming the file."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointReadError(unsafe_checkpoint(path, e)) from None
+    except (OSError, RuntimeError, EOFError) as e:
+        raise CheckpointReadError(f"resume: {path} cannot be read as a checkpoint ({' '.join(str(e).split())[:200]}); "
+                                  f"restore it from a copy or start a new run") from None
+    if not isinstance(state, dict):
+        raise CheckpointReadError(f"resume: {path} holds a {type(state).__name__}, not a checkpoint")
+    return state
+
+
+def unsafe_checkpoint(path, error: BaseException) -> str:
+    """The one-line refusal of a checkpoint that holds more than tensors and plain types."""
+    named = re.search(r"GLOBAL ([\w.]+)", str(error))
+    what = f"a call of {named.group(1)}" if named else "something other than tensors and plain types"
+    return (f"resume: {path} holds a pickled object the safe loader refuses ({what}); it is not a checkpoint this project wrote (tampered, or from an untrusted source): nothing from it "
+            f"was loaded or run")
 
 
 class RunInterrupted(Exception):

@@ -15,7 +15,7 @@ from typing import Iterable, NoReturn
 from data_modules.preference_files import PreferenceDataError
 from models.hf_checks import ModelFolderError
 from rewards.sandbox import SandboxUnavailable
-from run.checkpointing import CheckpointWriteError
+from run.checkpointing import CheckpointReadError, CheckpointWriteError
 from tasks.jsonl import DataFileError
 from trainers.base import NonFiniteLossError
 
@@ -29,7 +29,7 @@ class ConfigError(ValueError):
 
 
 USER_ERRORS = (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
-               NonFiniteLossError, CheckpointWriteError)
+               NonFiniteLossError, CheckpointWriteError, CheckpointReadError)
 
 
 def user_error(exc: BaseException) -> BaseException | None:

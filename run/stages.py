@@ -8,13 +8,13 @@ config. Naming `algorithm=` or `data=` without `experiment=` runs that one algor
 """
 from __future__ import annotations
 
+import pickle
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
-import torch
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hardware import distributed
 from hardware.console import say0
 from hardware.processes import launched, world_size_of
-from run.checkpointing import AtomicCheckpointIO, ResumeState
+from run.checkpointing import AtomicCheckpointIO, CheckpointReadError, ResumeState, load_checkpoint, unsafe_checkpoint
 from run.epochs import plan_epochs
 from run.errors import ConfigError
 from run.overrides import has_key, takes, unmatched_problem
@@ -238,8 +238,11 @@ def load_finished_policy(stage: Stage):
     path = checkpoint_dir(stage) / "final.ckpt"
     if not path.is_file():
         raise ConfigError(f"resume: stage {stage.name!r} is in summary.json but {path} is missing")
+    checkpoint = load_checkpoint(path)  # the safe loader: a pickled object in a run folder never runs
+    if not isinstance(checkpoint.get("state_dict"), dict):
+        raise CheckpointReadError(f"resume: {path} has no state_dict (not a checkpoint this project wrote)")
+    state = checkpoint["state_dict"]
     policy, tokenizer = instantiate(stage.cfg.model)
-    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
     policy.load_state_dict({k.removeprefix("policy."): v for k, v in state.items() if k.startswith("policy.")})
     return policy, tokenizer
 
@@ -282,7 +285,10 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     callbacks += [ResumeState(checkpoint_dir(stage) / "last.ckpt"), SameSettingsOnRanks(cfg)]
     trainer = L.Trainer(**trainer_arguments(cfg.trainer), callbacks=callbacks, logger=build_loggers(cfg) or False,
                         default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    try:  # the safe loader (tensors and plain types), whatever TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD says
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except pickle.UnpicklingError as e:  # only a checkpoint is unpickled in fit: the resumed one
+        raise CheckpointReadError(unsafe_checkpoint(ckpt_path, e)) from None
     if trainer.checkpoint_callback is not None:
         trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt", weights_only=True)  # no optimizer
     metrics = {"train/steps": trainer.global_step, "wall_seconds": time.perf_counter() - start}
