@@ -64,6 +64,7 @@ class RegenerateExperience(L.Callback):
         # A run resumed from a round-end checkpoint may already hold the round its next epoch serves
         # (one more round than epochs ended); Lightning restores the loops only after on_fit_start.
         stopped = trainer.should_stop  # callbacks/budget.py: the stage's budget is already spent
+        stopped = stopped or 0 < trainer.max_steps <= self.last_end_step  # resumed at the stage's last round end
         if getattr(trainer.datamodule, "online", False) and self.rounds <= self.epochs_ended and not stopped:
             self.regenerate(trainer, pl_module, "start")
 

@@ -45,6 +45,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.loops.fit_loop import _FitLoop
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from hardware import distributed
@@ -185,6 +186,25 @@ def _as_tuple(x):
     return tuple(_as_tuple(v) for v in x) if isinstance(x, list) else x
 
 
+class StageEndLoop(_FitLoop):
+    """Lightning's fit loop, except that a fit resumed from a checkpoint of the stage's end (its last round
+    done: `trainer.max_steps` reached, or a budget spent) still runs the stage's end: `on_train_start` and
+    `on_train_end` (the final evaluation, the ledger, stop_reason, plots), as the killed run was about to.
+    Lightning skips the whole loop then, and a run killed after its last checkpoint lost its end."""
+
+    @property
+    def skip(self) -> bool:
+        return self.trainer.limit_train_batches == 0 or (self.done and not self.restarting)
+
+
+def use_stage_end_loop(trainer: L.Trainer) -> None:
+    """Put StageEndLoop in place of `trainer`'s fit loop (before fit), keeping its epoch loop."""
+    old = trainer.fit_loop
+    loop = StageEndLoop(trainer, min_epochs=old.min_epochs, max_epochs=old.max_epochs)
+    loop.epoch_loop = old.epoch_loop
+    trainer.fit_loop = loop
+
+
 class ResumeState(L.Callback):
     """RNG states and the last train/* values in the checkpoint; the restart's extra dataloader build
     and step undone; a checkpoint on a signal."""
@@ -207,7 +227,14 @@ class ResumeState(L.Callback):
         self._trainer = trainer
 
     def state_dict(self) -> dict:
-        return {"rng": rng_states(), "train_metrics": self._train_metrics()}
+        return {"rng": rng_states(), "train_metrics": self._train_metrics(), "log_rows": self._log_rows()}
+
+    def _log_rows(self) -> int | None:
+        """Rows the stage's metrics file holds now (callbacks/csv_metrics.py), or None without one."""
+        for logger in getattr(self._trainer, "loggers", []):
+            if hasattr(logger, "rows_written"):
+                return logger.rows_written()
+        return None
 
     def _train_metrics(self) -> dict[str, float]:
         """The last value of every train/* metric so far: summary.json reports these, and a resumed
@@ -226,6 +253,9 @@ class ResumeState(L.Callback):
     def load_state_dict(self, state: dict) -> None:
         self._restored = (self._restored or {}) | {"rng": state["rng"]}
         self._restored_metrics = dict(state.get("train_metrics", {}))
+        if state.get("log_rows") is not None:  # the metrics file back to the rows this checkpoint had seen
+            for logger in getattr(self._trainer, "loggers", []):
+                getattr(logger, "keep_rows", lambda rows: None)(state["log_rows"])
 
     def on_train_start(self, trainer, pl_module):
         self._start_step = trainer.global_step  # a resumed fit starts at its checkpoint's step

@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hardware import distributed
 from hardware.console import say0
 from hardware.processes import launched, world_size_of
-from run.checkpointing import AtomicCheckpointIO, CheckpointReadError, ResumeState, load_checkpoint, unsafe_checkpoint
+from run.checkpointing import (AtomicCheckpointIO, CheckpointReadError, ResumeState, load_checkpoint,
+                               unsafe_checkpoint, use_stage_end_loop)
 from run.epochs import plan_epochs
 from run.errors import ConfigError
 from run.overrides import has_key, takes, unmatched_problem
@@ -144,11 +145,11 @@ def _warn(stages: list[Stage]) -> None:
 
 
 def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, name: str,
-                   wandb_id: str | None = None, log_version: str | None = None) -> None:
-    """cfg.run: where the stage writes, its W&B group/name/id (None: W&B picks one) and its CSV version."""
+                   wandb_id: str | None = None) -> None:
+    """cfg.run: where the stage writes, and its W&B group/name/id (None: W&B picks one)."""
     with open_dict(cfg):
         cfg.run = {"output_dir": str(output_dir), "stage": stage, "group": group, "name": name,
-                   "wandb_id": wandb_id, "log_version": log_version or stage}
+                   "wandb_id": wandb_id}
 
 
 def batch_arithmetic(cfg: DictConfig) -> str:
@@ -285,6 +286,10 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     callbacks += [ResumeState(checkpoint_dir(stage) / "last.ckpt"), SameSettingsOnRanks(cfg)]
     trainer = L.Trainer(**trainer_arguments(cfg.trainer), callbacks=callbacks, logger=build_loggers(cfg) or False,
                         default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])
+    use_stage_end_loop(trainer)  # a resume from the stage's last checkpoint still runs the stage's end
+    if ckpt_path is None:  # the stage from its beginning: its metrics file too (a checkpoint says how many rows stay)
+        for logger in trainer.loggers:
+            getattr(logger, "keep_rows", lambda rows: None)(0)
     try:  # the safe loader (tensors and plain types), whatever TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD says
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except pickle.UnpicklingError as e:  # only a checkpoint is unpickled in fit: the resumed one
