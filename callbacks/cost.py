@@ -24,6 +24,7 @@ import time
 import lightning as L
 
 from callbacks.logging import find_callback, log_now
+from data_modules.state_checks import field, integer, number, within
 from hardware import distributed
 
 
@@ -145,6 +146,11 @@ class CostLedger(L.Callback):
                 "serves": self.serves, "records_used": self.records_used, "last_end_step": self.last_end_step}
 
     def load_state_dict(self, state: dict) -> None:
+        with within(f"callbacks.{self.state_key}"):
+            number(field(state, "train_seconds"), "train_seconds")
+            for key in ("trained_tokens", "serves", "records_used"):
+                integer(field(state, key), key)
+            integer(state.get("last_end_step", -1), "last_end_step", low=-1)
         self.train_seconds, self.trained_tokens = state["train_seconds"], state["trained_tokens"]
         self.serves, self.records_used = state["serves"], state["records_used"]
         self.last_end_step = state.get("last_end_step", -1)

@@ -48,6 +48,7 @@ import torch
 from lightning.pytorch.loops.fit_loop import _FitLoop
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from data_modules.state_checks import StateError, field, integer, mapping, python_rng, sequence, within
 from hardware import distributed
 from hardware.console import say0
 
@@ -173,6 +174,27 @@ def rng_states() -> dict:
     return states
 
 
+def check_rng_states(states) -> None:
+    """StateError (data_modules/state_checks.py) naming `rng.<generator>` unless `states` are RNG states
+    this process can take: Python's, NumPy's MT19937 (624 words), torch's (its exact byte size)."""
+    mapping(states, "rng")
+    python_rng(field(states, "python", "rng"), "rng.python")
+    numpy = sequence(field(states, "numpy", "rng"), "rng.numpy")
+    try:
+        kind, keys, pos, has_gauss, gauss = numpy
+        np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+        if kind != "MT19937" or len(keys) != 624:
+            raise ValueError(f"a {kind} state of {len(keys)} words, not MT19937's 624")
+    except (TypeError, ValueError, OverflowError) as e:
+        raise StateError("rng.numpy", f"not a NumPy random state ({e})") from None
+    for key, state in [("torch", field(states, "torch", "rng"))] + [
+            (f"cuda[{i}]", s) for i, s in enumerate(sequence(states.get("cuda", []), "rng.cuda"))]:
+        size = torch.get_rng_state().numel() if key == "torch" else None
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or (size and state.numel() != size):
+            shape = f"{state.dtype} × {state.numel()}" if isinstance(state, torch.Tensor) else type(state).__name__
+            raise StateError(f"rng.{key}", f"not a torch RNG state (a {shape}; torch's is uint8 × {size or 'n'})")
+
+
 def set_rng_states(states: dict) -> None:
     random.setstate(_as_tuple(states["python"]))
     kind, keys, pos, has_gauss, gauss = states["numpy"]
@@ -247,10 +269,19 @@ class ResumeState(L.Callback):
         return dict(self._restored_metrics)
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:  # before load_state_dict
-        key = type(trainer.datamodule).__qualname__ if trainer.datamodule is not None else None
+        """A data module that keeps state (a prompt cursor, a buffer) must find it: Lightning would resume
+        without it, from the stream's start, without a word."""
+        dm = trainer.datamodule
+        key = type(dm).__qualname__ if dm is not None else None
+        if key is not None and key not in checkpoint and dm.state_dict():
+            raise StateError(key, "missing: the data module's state (its data position, buffer) is not in the checkpoint")
         self._restored = {"datamodule": checkpoint[key]} if key in checkpoint else {}
 
     def load_state_dict(self, state: dict) -> None:
+        with within(f"callbacks.{self.state_key}"):
+            check_rng_states(field(state, "rng"))
+            if state.get("log_rows") is not None:
+                integer(state["log_rows"], "log_rows")
         self._restored = (self._restored or {}) | {"rng": state["rng"]}
         self._restored_metrics = dict(state.get("train_metrics", {}))
         if state.get("log_rows") is not None:  # the metrics file back to the rows this checkpoint had seen

@@ -21,6 +21,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from data_modules.state_checks import StateError
 from hardware import distributed
 from hardware.console import say0
 from hardware.processes import launched, world_size_of
@@ -294,6 +295,9 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except pickle.UnpicklingError as e:  # only a checkpoint is unpickled in fit: the resumed one
         raise CheckpointReadError(unsafe_checkpoint(ckpt_path, e)) from None
+    except StateError as e:  # a component refused the state the checkpoint handed it, before any step
+        raise CheckpointReadError(f"resume: {ckpt_path}: {e.key}: {e.problem}; not a state this run wrote "
+                                  f"(tampered or corrupt): nothing was trained from it") from None
     if trainer.checkpoint_callback is not None:
         trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt", weights_only=True)  # no optimizer
     metrics = {"train/steps": trainer.global_step, "wall_seconds": time.perf_counter() - start}
