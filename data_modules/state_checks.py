@@ -59,8 +59,8 @@ def number(value, key: str, low: float | None = 0.0, high: float | None = None, 
             return value
         raise StateError(key, "NaN")
     if math.isinf(value) or (low is not None and value < low) or (high is not None and value > high):
-        raise StateError(key, f"{value} is out of range [{'-∞' if low is None else low:g}, "
-                              f"{'∞' if high is None else high:g}]")
+        raise StateError(key, f"{value} is out of range [{'-∞' if low is None else f'{low:g}'}, "
+                              f"{'∞' if high is None else f'{high:g}'}]")
     return value
 
 
