@@ -82,6 +82,13 @@ def one_of(value, key: str, allowed) -> object:
     return value
 
 
+def metrics(value, key: str) -> None:
+    """None, or a mapping of metric names to numbers (NaN allowed: a metric with nothing to average)."""
+    if value is not None:
+        for name, v in mapping(value, key).items():
+            number(v, f"{key}.{name}", low=None, nan=True)
+
+
 def python_rng(value, key: str) -> tuple:
     """A random.Random state (tuples may come back as lists), as a tuple random.setstate takes."""
     state = _as_tuple(value)
