@@ -27,6 +27,12 @@ What checkpoints/<stage>/ holds (sizes for a policy of P bytes, Adam):
   extra step on it, so the run continues exactly as if never stopped. From a mid-round checkpoint (a
   signal) that dataloader serves the rest of the round: a fresh shuffle of the round's records, not
   the order the stopped run was in (Lightning cannot skip into a plain DataLoader).
+- A resume reads every checkpoint with the safe loader (`weights_only=True`: tensors and plain types; a
+  pickled object in a run folder is refused naming the file, never run), and each component checks the
+  state it is handed (types, ranges, references: data_modules/state_checks.py) before taking any of it.
+- `StageEndLoop`: a checkpoint of the stage's end (its last round done) resumes into the stage's end
+  (the final evaluation, the ledger, stop_reason), which Lightning would skip; the checkpoint also
+  records how many rows the stage's metrics.csv held (callbacks/csv_metrics.py cuts the file back to them).
 - During training, SIGTERM/SIGINT end the current optimizer step (at a round's last step: the round,
   with the next one made), write last.ckpt and raise `RunInterrupted`; a second signal stops at once.
 """
