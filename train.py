@@ -72,8 +72,7 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
     plan, cfg, stages = _plan(cfg, user_overrides, out)
     zero = distributed.is_zero()  # rank 0 alone writes files and prints (every rank with one process)
     for s in stages:
-        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id,
-                       log_version=_log_version(out, s.name, plan.resume))
+        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id)
     recorded = []
 
     def record() -> None:  # once: at this process's first optimizer step (or the end, if none ran)
@@ -128,8 +127,7 @@ def print_stages(cfg: DictConfig, user_overrides: list[str], out: Path, group: s
     overrides = [o for o in user_overrides if o.split("=")[0].lstrip("+~") != "print_config"]  # not a run setting
     plan, _, stages = _plan(cfg, overrides, out)
     for i, s in enumerate(stages, 1):
-        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id,
-                       log_version=_log_version(out, s.name, plan.resume))
+        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id)
         done = " (finished in the resumed run: skipped)" if s.name in plan.finished else ""
         print(f"# ===== stage {i}/{len(stages)}: {s.name}{done}\n# [batch] {batch_arithmetic(s.cfg)}")
         print(OmegaConf.to_yaml({s.name: OmegaConf.to_container(s.cfg, resolve=True)}), flush=True)
@@ -181,11 +179,6 @@ def _run_stage(s, policy, tokenizer, resume: int, out: Path, on_first_step=None,
         say0(f"\n[checkpoint] stage {s.name}: {e}; continue with: python train.py resume=true "
               f"hydra.run.dir={out}")
         raise SystemExit(128 + e.signum) from None
-
-
-def _log_version(out: Path, stage: str, resume: int) -> str:
-    """csv/<stage>, unless it holds an earlier attempt's metrics: then csv/<stage>-resume-N."""
-    return f"{stage}-resume-{resume}" if resume and (out / "csv" / stage).exists() else stage
 
 
 def _save_stage_configs(out: Path, stages, plan) -> None:

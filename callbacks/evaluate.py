@@ -35,6 +35,7 @@ from torchmetrics import MeanMetric
 from callbacks.eval_verifier import choose_verifier, is_verifier
 from callbacks.logging import find_callback, log_now
 from callbacks.episodes import sample
+from data_modules.state_checks import StateError, integer, metrics, number, sequence, within
 from generators.hf import HFGenerator
 from hardware import distributed
 from hardware.console import say
@@ -212,6 +213,13 @@ class HeldOutEvaluation(L.Callback):
         return copy.deepcopy({k: getattr(self, k) for k in self.STATE})
 
     def load_state_dict(self, state: dict) -> None:
+        with within(f"callbacks.{self.state_key}"):
+            metrics(state.get("before"), "before")
+            for i, h in enumerate(sequence(state.get("history", []), "history")):
+                if len(sequence(h, f"history[{i}]")) != 2:
+                    raise StateError(f"history[{i}]", "not a (step, accuracy) pair")
+                integer(h[0], f"history[{i}].step")
+                number(h[1], f"history[{i}].accuracy", high=1.0)
         for k in self.STATE:
             setattr(self, k, copy.deepcopy(state.get(k, getattr(self, k))))
         self.history = [tuple(h) for h in self.history]
