@@ -32,8 +32,8 @@ CASES: list[Case] = [
       "tool_use, tool_use_chat); did you mean experiment=quickstart?",
       when="command line"),
     C("sweep-choice-typo", "a misspelled choice in a sweep", ("-m", "correction=ppo_clip,trunc_is"),
-      "error: correction=ppo_clip,trunc_is: there is no correction=trunc_is (choices: masked_is, none, ppo_clip, "
-      "truncated_is); did you mean correction=truncated_is?", when="command line"),
+      "error: correction=ppo_clip,trunc_is: there is no correction=trunc_is (choices: decoupled_ppo, masked_is, none, "
+      "ppo_clip, truncated_is); did you mean correction=truncated_is?", when="command line"),
     C("unparsable", "an override that does not parse", ("algorithm.beta=[0.1",),
       "error: 'algorithm.beta=[0.1' is not a valid override (no viable alternative at input '[0.1'); quote a value "
       "holding spaces or brackets: 'key=\"a b\"'", when="command line"),
