@@ -102,6 +102,7 @@ class Regenerate(OpenNode):
 
 class Evaluate(OpenNode):
     every_n_steps: NonNegativeInt = None
+    every_n_tokens: optional(PositiveInt, "(off)") = None
     num_examples: optional(PositiveInt, "for all") = None
     verifier: must(Literal["auto", "exact"] | OpenNode | None,
                    "auto, exact or a reward node ({_target_: ...})") = None
