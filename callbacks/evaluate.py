@@ -150,6 +150,7 @@ class HeldOutEvaluation(L.Callback):
         self.after: dict | None = None
         self.history: list[tuple[int, float]] = []
         self.curve: list[dict] = []  # {step, generated_tokens, seconds, accuracy}: accuracy against rollout cost
+        self.latest: tuple[int, dict | None] = (-1, None)  # (step, result) of this process's last evaluation
         self.seconds = 0.0  # spent evaluating in this process (CostLedger leaves it out of cost/train_seconds)
         self._clock: tuple[float, float] = (time.perf_counter(), 0.0)  # (fit start, stage seconds before it)
 
@@ -183,6 +184,7 @@ class HeldOutEvaluation(L.Callback):
         say(trainer, f"[eval] step {trainer.global_step}: held-out greedy accuracy "
                      f"{result['val/accuracy']:.3f} on {len(self.task.heldout[:self.num_examples])}")
         self.seconds += time.perf_counter() - start
+        self.latest = (trainer.global_step, result)
         return result
 
     def on_fit_start(self, trainer, pl_module):
@@ -212,8 +214,9 @@ class HeldOutEvaluation(L.Callback):
                 self.next_tokens = (tokens // self.every_n_tokens + 1) * self.every_n_tokens
 
     def on_train_end(self, trainer, pl_module):
-        if self.active:
-            self.after = self._run(trainer, pl_module)
+        if self.active:  # a stage that ended (budget) right after an evaluation of its last step: that one
+            step, result = self.latest
+            self.after = result if step == trainer.global_step else self._run(trainer, pl_module)
 
     STATE = ("before", "history", "curve", "next_tokens")  # checkpointed: a resumed stage keeps its real start value
 

@@ -82,3 +82,25 @@ def test_a_bad_value_is_refused(monkeypatch, hydra_conf):
     ok = ["algorithm=grpo", "callbacks.evaluate.every_n_tokens=20000"]
     [stage] = plan_stages(hydra_conf(ok), ok)
     assert stage.cfg.callbacks.evaluate.every_n_tokens == 20000
+
+
+def test_a_stage_ending_right_after_a_grid_evaluation_is_not_evaluated_twice(monkeypatch):
+    """A budget ends the stage at step 5, just evaluated on the grid (2,100 tokens ≥ 2,000): the end's
+    'after' number is that evaluation, not a second one of the same weights."""
+    tokens, calls = [0], []
+
+    def fake_run(trainer, module):
+        calls.append(trainer.global_step)
+        ev.history.append((trainer.global_step, 0.5))
+        ev.latest = (trainer.global_step, {"val/accuracy": 0.5})
+        return ev.latest[1]
+    ev = evaluation(monkeypatch, tokens)
+    monkeypatch.setattr(ev, "_run", fake_run)
+    run_steps(ev, tokens, range(1, 6))
+    trainer = FakeTrainer()
+    trainer.global_step = 5
+    ev.on_train_end(trainer, None)
+    assert calls == [3, 5] and ev.after == {"val/accuracy": 0.5}
+    trainer.global_step = 6  # a stage that ends elsewhere is evaluated at its end
+    ev.on_train_end(trainer, None)
+    assert calls == [3, 5, 6]
