@@ -20,6 +20,7 @@ import torch
 from callbacks.dynamic_sampling import GenBatch, annotate_by_rank, fill_round, merged
 from callbacks.episodes import as_episode, sample
 from callbacks.logging import log_now
+from callbacks.round_signal import signal_metrics
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from data_modules.state_checks import StateError, integer, mapping, number, sequence, within
 from generators.base import GenerationOutput, finished, sampling_precision, stop_ids
@@ -158,6 +159,7 @@ class RegenerateExperience(L.Callback):
         else:
             self._all_dropped(trainer, dm, report, bool(rewards))
         self._account(trainer, pl_module, prompt_tokens, out, report, rewards, mismatch)
+        log_now(trainer, signal_metrics(self, pl_module, records, out))  # z, tokens/informative group, ... (issue 33)
         return records
 
     def _dynamic_round(self, pl_module, dm, planned):
