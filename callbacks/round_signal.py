@@ -55,7 +55,8 @@ def kl_after_update(pl_module, served: list[ExperienceRecord]) -> dict[str, floa
     """KL(behaviour ‖ current) per token (k3) of up to KL_SAMPLE fresh records the last round served, with
     the weights it ended at; {} with ranks (a forward there is a collective), without records or a module
     that annotates."""
-    fresh = [r for r in served if r.served_as == "fresh" and r.behaviour_logprobs][:KL_SAMPLE]
+    fresh = [r for r in served if getattr(r, "served_as", None) == "fresh"
+             and getattr(r, "behaviour_logprobs", None)][:KL_SAMPLE]
     if not fresh or distributed.world_size() > 1 or not hasattr(pl_module, "frozen_logprobs"):
         return {}
     total, tokens = 0.0, 0
@@ -80,7 +81,8 @@ def signal_metrics(regen, pl_module, records: list[ExperienceRecord], out) -> di
     round's own, and the KL after update of the round before it, whose sample it keeps until the next call
     (not checkpointed: a resumed stage's first round has none)."""
     previous = getattr(regen, "_signal_previous", [])
-    regen._signal_previous = [r for r in records if r.behaviour_logprobs][:KL_SAMPLE]
+    regen._signal_previous = [r for r in records if getattr(r, "behaviour_logprobs", None)][:KL_SAMPLE]  # online
+    # DPO's and SPIN's rounds are PreferenceRecords: no behaviour log-probs, no KL after update
     tokens = sum(len(c) for c in getattr(out, "completions", []))
     return round_signal(records, tokens, regen.round_extra, getattr(pl_module, "beta", None)) | (
         kl_after_update(pl_module, previous) if previous else {})

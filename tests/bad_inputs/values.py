@@ -65,8 +65,8 @@ CASES: list[Case] = [
     C("annotate-batch-zero", "an annotation batch of 0", ("algorithm.annotate_batch_size=0",),
       "error: stage grpo: algorithm.annotate_batch_size=0 must be a positive integer, or null (= data.micro_batch_size)"),
     C("grpo-on-demos", "GRPO on demonstrations", ("data=demonstrations",),
-      "error: stage grpo: algorithm=grpo learns from groups of its own samples, but "
-      "data=data_modules.demonstrations.DemonstrationsDataModule makes no rollouts: use data=fresh_rollouts"),
+      "error: stage grpo: algorithm=grpo learns from whole groups of its own samples, and data=demonstrations "
+      "serves demonstrations: use data=fresh_rollouts, replay_mix or adaptive with it, or algorithm=sft on this data"),
     C("uncorrected-replay", "replayed data with no off-policy correction",
       REPLAY + ("correction=none", "data.replay_ratio=0.5"),
       "error: stage grpo: correction=none trains on replayed/harvested data (data.replay_ratio=0.5, data.harvest=None) "
@@ -137,9 +137,9 @@ CASES: list[Case] = [
       "generators.hf.HFGenerator (set generator._target_=generators.hf.HFGenerator)"),
     C("algorithm-data-mismatch", "an algorithm with a data source that needs another's keys",
       ("algorithm=sft", "data=fresh_rollouts"),
-      "error: stage sft: data.group_size=${algorithm.group_size} does not resolve (InterpolationKeyError: "
-      "Interpolation key 'algorithm.group_size' not found); algorithm=sft may not fit "
-      "data=data_modules.fresh_rollouts.FreshRolloutsDataModule: its own is data=demonstrations…"),
+      "error: stage sft: algorithm=sft imitates reference completions, and data=fresh_rollouts serves rollouts: use "
+      "data=demonstrations, conversations or episode_demonstrations with it, or algorithm=grpo, ppo, rloo, dr_grpo or "
+      "reinforce_pp on this data"),
     C("lora-rank-zero", "a LoRA adapter of rank 0", ("algorithm=sft", "model.lora={r: 0}"),
       "error: stage sft: model.lora.r=0 must be a positive integer"),
     C("lora-unknown-module", "a LoRA target module the model does not have, beside one it has",
