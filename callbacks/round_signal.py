@@ -80,6 +80,8 @@ def signal_metrics(regen, pl_module, records: list[ExperienceRecord], out) -> di
     """The new round's metrics for RegenerateExperience.regenerate (`out`: its GenerationOutput): the
     round's own, and the KL after update of the round before it, whose sample it keeps until the next call
     (not checkpointed: a resumed stage's first round has none)."""
+    if not all(isinstance(r, ExperienceRecord) for r in records):  # online DPO's and SPIN's pairs: their
+        return {}  # rounds have no group rewards to tie and no behaviour log-probs (rollout/* say theirs)
     previous = getattr(regen, "_signal_previous", [])
     regen._signal_previous = [r for r in records if getattr(r, "behaviour_logprobs", None)][:KL_SAMPLE]  # online
     # DPO's and SPIN's rounds are PreferenceRecords: no behaviour log-probs, no KL after update
