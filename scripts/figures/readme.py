@@ -15,7 +15,6 @@ glossary: no measured numbers) is exempt when the line right above it is `<!-- n
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -51,8 +50,8 @@ def pages_with_blocks(root: Path = ROOT) -> dict[Path, dict[str, str]]:
 
 
 def results_link(name: str, page: Path = README) -> str:
-    """docs/results/NAME.md as a relative link from `page`'s folder."""
-    return Path(os.path.relpath(RESULTS / f"{name}.md", page.resolve().parent)).as_posix()
+    """docs/results/NAME.md as a relative link from `page`'s folder (the repository's root or docs/)."""
+    return f"results/{name}.md" if page.parent.name == "docs" else f"docs/results/{name}.md"
 
 
 def body_of(results_text: str) -> str:
