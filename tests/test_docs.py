@@ -83,3 +83,97 @@ def test_documented_command_plans(doc, fixtures, hydra_conf):
             pytest.skip(f"{doc.where} needs what this machine lacks: {ELSEWHERE.search(str(e))[0]}")
         pytest.fail(f"{doc.where}: `{doc.text}` does not plan: {type(e).__name__}: {e}")
     assert stages, doc.where
+
+
+# ---------------------------------------------------------------------------------------------------------
+# numbers the pages quote, against the configs they describe
+
+def _text(page: str) -> str:
+    return re.sub(r"\s+", " ", (ROOT / page).read_text())  # a phrase may wrap
+
+
+@pytest.fixture(scope="module")
+def planned():
+    """{experiment: {stage name: resolved config}} of the experiments the pages quote (planned once)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    out = {}
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        for experiment in ("quickstart", "short_sft_grpo", "short_sft_adaptive", "sft_then_spin", "tool_use"):
+            overrides = [f"experiment={experiment}"]
+            out[experiment] = {s.name: s for s in plan_stages(compose("train", overrides=overrides), overrides)}
+    GlobalHydra.instance().clear()
+    return out
+
+
+def test_the_default_run_as_the_readme_tells_it_is_the_quickstart_config(planned):
+    sft, grpo = planned["quickstart"]["sft"], planned["quickstart"]["grpo"]
+    task = grpo.task
+    text = _text("README.md")
+    quoted = [f"{len(task.train):,} training prompts and {len(task.heldout):,} held out",
+              f"sft**: supervised fine-tuning on {sft.cfg.data.max_examples:,} demonstrations",
+              f"{sft.cfg.trainer.max_steps:,} steps. The student copies the flaw",
+              f"on all {len(task.train):,} training prompts, {grpo.cfg.data.prompts_per_round} prompts × "
+              f"{grpo.cfg.algorithm.group_size} samples a round, {grpo.cfg.trainer.max_steps} rounds",
+              f"β = {grpo.cfg.algorithm.beta} KL", f"up to {grpo.cfg.algorithm.max_gen_batches} generation batches",
+              f"on the {len(task.heldout)} held-out sums"]
+    assert [q for q in quoted if q not in text] == []
+    assert sft.cfg.task.teacher == "no_carry_at_ten" and grpo.cfg.algorithm.dynamic_sampling
+    assert f"after sft ({sft.cfg.trainer.max_steps:,} steps)" in text
+    assert f"after grpo ({grpo.cfg.trainer.max_steps} steps)" in text
+
+
+@pytest.mark.parametrize("page, pattern, experiment, stage, key", [
+    ("README.md", r"experiment=short_sft_grpo +# SFT, then (\d+) GRPO rounds", "short_sft_grpo", "grpo", "trainer.max_steps"),
+    ("docs/cli.md", r"experiment=short_sft_grpo +# SFT, then (\d+) GRPO rounds", "short_sft_grpo", "grpo", "trainer.max_steps"),
+    ("docs/experience.md", r"# SFT, then (\d+) GRPO rounds on data=adaptive", "short_sft_adaptive", "grpo",
+     "trainer.max_steps"),
+    ("docs/real_models.md", r"the quickstart's ([\d,]+) SFT steps", "quickstart", "sft", "trainer.max_steps"),
+    ("docs/spin.md", r"SPIN on its ([\d,]+) demonstrations", "sft_then_spin", "sft", "data.max_examples"),
+    ("docs/episodes.md", r"30% of its (\d+) demonstrations", "tool_use", "sft", "data.max_examples"),
+])
+def test_a_number_a_page_quotes_is_the_configs(planned, page, pattern, experiment, stage, key):
+    from omegaconf import OmegaConf
+    found = re.findall(pattern, (ROOT / page).read_text())
+    assert found, f"{page}: no `{pattern}` (the page changed: update this test)"
+    want = OmegaConf.select(planned[experiment][stage].cfg, key)
+    assert {int(f.replace(",", "")) for f in found} == {want}, f"{page} quotes {found}; {experiment}'s {stage} {key}={want}"
+
+
+def test_the_wandb_page_shows_the_names_runs_get(tmp_path):
+    """docs/wandb.md's examples of group and run names are what callbacks/wandb_run.readable_names makes of
+    Hydra's default folders (a multirun job, a single run), and its example keys exist."""
+    from callbacks.wandb_run import readable_names
+    from omegaconf import OmegaConf
+    text = (ROOT / "docs" / "wandb.md").read_text()
+    job = tmp_path / "multirun" / "2026-03-01" / "10-20-00" / "1"
+    run = tmp_path / "outputs" / "2026-03-01" / "10-20-00"
+    for folder, overrides in ((job, ["algorithm.optimizer.lr=1e-5", "seed=2"]), (run, ["algorithm.optimizer.lr=1e-5"])):
+        (folder / ".hydra").mkdir(parents=True)
+        OmegaConf.save({"hydra": {"runtime": {"choices": {"experiment": "quickstart"}}}}, folder / ".hydra" / "hydra.yaml")
+        OmegaConf.save(overrides, folder / ".hydra" / "overrides.yaml")
+    group, name = readable_names(job, "10-20-00", "1:algorithm.optimizer.lr=1e-5,seed=2")
+    assert f"`{group}`" in text and f"`{name}`" in text, (group, name)
+    group, name = readable_names(run, "10-20-00", "10-20-00")
+    assert f"`{group}`" in text and f"`{name}`" in text, (group, name)
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=["algorithm=grpo"])
+    for key in re.findall(r"`grpo\.([\w.]+)`", text):
+        assert OmegaConf.select(cfg, key) is not None, f"docs/wandb.md names grpo.{key}, which a GRPO stage lacks"
+
+
+def test_the_conversations_example_fits_the_default_model(tmp_path, hydra_conf):
+    """docs/conversations.md's example row plans with the tiny default model (its 64-token context); the same
+    row with a system turn first is refused, as the page says."""
+    block = re.search(r"```json\n(.*?)```", (ROOT / "docs" / "conversations.md").read_text(), re.S)[1]
+    row = json.loads(block.replace("\n", " "))
+    path = tmp_path / "chats.jsonl"
+    overrides = ["algorithm=sft", "data=conversations", f"data.path={path}"]
+    path.write_text((json.dumps(row) + "\n") * 300)
+    assert plan_stages(hydra_conf(overrides), overrides)
+    row["messages"].insert(0, {"role": "system", "content": "Be brief."})
+    path.write_text((json.dumps(row) + "\n") * 300)
+    with pytest.raises(Exception, match="context"):
+        plan_stages(hydra_conf(overrides), overrides)
