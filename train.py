@@ -40,7 +40,7 @@ from hardware.console import say0  # noqa: E402
 from models.lora import save_policy  # noqa: E402
 from run.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E402
 from run.command_line import exit_on_bad_command_line, with_default_data  # noqa: E402
-from run.errors import exit_with, full_traceback, user_error  # noqa: E402
+from run.errors import exit_with, full_traceback, resume_line, user_error  # noqa: E402
 from run.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
 from run.model_card import write_model_card  # noqa: E402
 from run.push_to_hub import push_final_policy  # noqa: E402
@@ -81,14 +81,17 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
     if zero:
         print_batch_arithmetic(stages)
     summary, policy, tokenizer = RunSummary(out / "summary.json", write=zero), None, None
+    version = 0  # the run-wide policy version: optimizer steps of the stages before this one
     for s in stages:
         if s.name in plan.finished:  # resume: this stage is done; take the policy it ended with
             say0(f"\n=== stage {s.name}: finished in the resumed run; loading its final weights")
             policy, tokenizer = load_finished_policy(s)
             summary.add(s.name, plan.finished[s.name])
+            version += int(plan.finished[s.name].get("train/steps", 0))
             continue
-        policy, tokenizer, metrics = _run_stage(s, policy, tokenizer, plan.resume, out, record)
+        policy, tokenizer, metrics = _run_stage(s, policy, tokenizer, plan.resume, out, record, version)
         summary.add(s.name, metrics)
+        version += int(metrics.get("train/steps", 0))
     record()
     merged = bool(OmegaConf.select(stages[-1].cfg, "model.lora.save_merged", default=False))
     saved = save_policy(policy, tokenizer, out / "policy", save_merged=merged)  # collective under FSDP
@@ -105,7 +108,7 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
 def say_wandb_run() -> None:
     """The last console line says where the W&B run is and how to look at it (nothing without W&B)."""
     run = sys.modules["wandb"].run if "wandb" in sys.modules else None
-    if run is None:
+    if run is None or getattr(run.settings, "mode", "") == "disabled":  # WANDB_MODE=disabled: no run to see
         return
     if getattr(run, "offline", False) or getattr(run.settings, "mode", "") == "offline":
         folder = Path(run.dir).parent  # <run>/wandb/offline-run-<date>-<id>/files → the run's folder
@@ -162,14 +165,15 @@ def _run_trainer(cfg: DictConfig, user_overrides: list[str], out: Path) -> DictC
     return compose("train", overrides=plan.overrides).trainer
 
 
-def _run_stage(s, policy, tokenizer, resume: int, out: Path, on_first_step=None):
+def _run_stage(s, policy, tokenizer, resume: int, out: Path, on_first_step=None, version_offset: int = 0):
     """One stage, from its last checkpoint when resuming; a signal ends the process (128 + signum)
-    after the stage's checkpoint is written. `on_first_step`: called after its first optimizer step."""
+    after the stage's checkpoint is written. `on_first_step`: called after its first optimizer step;
+    `version_offset`: the earlier stages' optimizer steps (the run-wide policy version it starts at)."""
     ckpt = resume_checkpoint(checkpoint_dir(s)) if resume else None
     say0(f"\n=== stage {s.name}: algorithm={s.cfg.algorithm.name} data={s.cfg.data._target_}"
           + (f" (resuming from {ckpt})" if ckpt else " (no checkpoint yet: from its start)" if resume else ""))
     try:
-        return run_stage(s, policy, tokenizer, ckpt, on_first_step=on_first_step)
+        return run_stage(s, policy, tokenizer, ckpt, on_first_step=on_first_step, version_offset=version_offset)
     except RunInterrupted as e:
         say0(f"\n[checkpoint] stage {s.name}: {e}; continue with: python train.py resume=true "
               f"hydra.run.dir={out}")
@@ -212,7 +216,7 @@ def main(cfg: DictConfig) -> float | None:
     except Exception as e:  # the project's own errors: one line each (the traceback: HYDRA_FULL_ERROR=1)
         if user_error(e) is None or full_traceback():
             raise
-        exit_with(e)
+        exit_with(e, resume_line(e, out))
     finally:
         finish_wandb()
         _remove_if_empty(log_files, out)

@@ -29,7 +29,8 @@ class DriftTrigger(L.Callback):
         if self.max_staleness is None:
             return None
         oldest = getattr(trainer.datamodule, "round_oldest_version", lambda: None)()
-        return "staleness" if oldest is not None and trainer.global_step - oldest > self.max_staleness else None
+        now = getattr(pl_module, "policy_version", trainer.global_step)  # run-wide, as records' versions are
+        return "staleness" if oldest is not None and now - oldest > self.max_staleness else None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         reason = self.reason(trainer, pl_module)

@@ -68,6 +68,7 @@ def fill_round(first: list, more: Callable[[int], list], scored: Callable[[list]
         chosen = next((b.records for b in reversed(batches) if b.records), [])
     metrics = {"rollout/gen_batches": float(len(batches)), "rollout/dynamic_dropped_groups": float(counts["dropped"]),
                "rollout/dynamic_kept_groups": float(len({r.group_id for r in chosen})),
+               "rollout/dynamic_kept_records": float(len(chosen)),
                "rollout/dynamic_surplus_groups": float(counts["surplus"]),
                "rollout/dynamic_no_signal": float(no_signal)}
     return batches, chosen, metrics

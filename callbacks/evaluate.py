@@ -32,7 +32,7 @@ import lightning as L
 from omegaconf import ListConfig
 from torchmetrics import MeanMetric
 
-from callbacks.eval_verifier import choose_verifier
+from callbacks.eval_verifier import choose_verifier, is_verifier
 from callbacks.logging import find_callback, log_now
 from callbacks.episodes import sample
 from generators.hf import HFGenerator
@@ -40,7 +40,7 @@ from hardware import distributed
 from hardware.console import say
 from hardware.sharding import full_weights
 from rewards.base import RewardSource, ScoreReport, safe_score
-from tasks.base import Task, encode_prompt
+from tasks.base import Task, encode_example
 
 
 def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: RewardSource,
@@ -51,7 +51,7 @@ def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: Re
     held-out success with the tools, and val/tool_calls_per_episode says how often they were called."""
     examples = task.heldout[:num_examples] if num_examples else task.heldout
     mine = distributed.shard(examples)
-    prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in mine]
+    prompts = [encode_example(tokenizer, ex, task.chat) for ex in mine]
     done = sample(generator, policy, tokenizer, prompts, mine, env, task.chat, greedy=True) if prompts else None
     texts = done.texts if done else []
     report = safe_score(verifier, [ex.prompt for ex in mine], texts, mine)  # never raises
@@ -182,6 +182,12 @@ class HeldOutEvaluation(L.Callback):
                          f"{getattr(datamodule, 'source', 'other data')}, not on the task (its own held-out "
                          f"data is evaluated by callbacks.preference_eval; callbacks.evaluate.on_other_data=true "
                          f"evaluates the task anyway)")
+            return
+        if is_verifier(self.verifier) and self.task.heldout and not any(ex.answer for ex in self.task.heldout):
+            self.active = False  # every answer would score wrong: an accuracy of 0 that measures nothing
+            say(trainer, f"[eval] no held-out accuracy on task {self.task.name!r}: its held-out rows are prompt-only "
+                         f"(no reference answer) and {self.why} checks answers (callbacks.evaluate.verifier names "
+                         f"a reward that needs none)")
             return
         say(trainer, f"[eval] held-out accuracy is scored by {self.why}")
         if self.before is None:

@@ -13,10 +13,18 @@ reports what the project does on purpose:
 - "You have overridden `transfer_batch_to_device` ... but have passed in a `LightningDataModule`":
   trainers/base.py moves ExperienceBatch itself, whatever data module serves it;
 - "Checkpoint directory ... exists and is not empty": a resumed stage saves beside the checkpoint it
-  resumed from (a new run refuses a folder that holds one, run/run_record.py).
+  resumed from (a new run refuses a folder that holds one, run/run_record.py);
+- Lightning's "`isinstance(treespec, LeafSpec)` is deprecated" (its own code calls the old torch API).
+
+Lightning's informational lines that say nothing a user can act on are dropped too (`QuietLightning`):
+"GPU available: ...", "TPU available: ...", "HPU available: ...", its "💡 Tip" advert for its cloud
+logger, and "`Trainer.fit` stopped: `max_steps=N` reached" (the stage's own lines say where it stopped);
+its other lines and every warning stay. transformers' progress bars ("Writing model shards") go as well:
+the run prints what it wrote.
 """
 from __future__ import annotations
 
+import logging
 import warnings
 
 from lightning.pytorch.callbacks import TQDMProgressBar
@@ -28,6 +36,22 @@ def quiet_known_warnings() -> None:
     warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
     warnings.filterwarnings("ignore", message=r"You have overridden `transfer_batch_to_device` in `LightningModule`")
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    quiet = QuietLightning()
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, QuietLightning) for f in target.filters):
+            target.addFilter(quiet)
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+
+
+class QuietLightning(logging.Filter):
+    """Drops Lightning's info lines the module docstring names; every other record passes."""
+    NOISE = ("GPU available:", "TPU available:", "HPU available:", "💡 Tip", "`Trainer.fit` stopped:")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= logging.INFO and str(record.msg).startswith(self.NOISE))
 
 
 quiet_known_warnings()

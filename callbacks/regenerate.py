@@ -12,6 +12,7 @@ at fit start only if the checkpoint holds none still to serve. Before each round
 from __future__ import annotations
 
 import copy
+from dataclasses import asdict
 
 import lightning as L
 import torch
@@ -20,7 +21,7 @@ from callbacks.dynamic_sampling import GenBatch, annotate_by_rank, fill_round, m
 from callbacks.episodes import as_episode, sample
 from callbacks.logging import log_now
 from data_modules.experience import ExperienceRecord, Provenance, collate
-from generators.base import GenerationOutput, finished, stop_ids
+from generators.base import GenerationOutput, finished, sampling_precision, stop_ids
 from generators.hf import HFGenerator
 from hardware import distributed
 from hardware.console import say
@@ -32,8 +33,10 @@ SHORT_EVERY = 50  # dynamic sampling's "short round" console line: the first, th
 
 
 class DroppedRoundsError(RuntimeError):
-    """`max_dropped_rounds` rounds in a row had every sample dropped. Every rank raises it at the same
-    round end (the round is gathered), so the ranks may write their checkpoint on the way out together."""
+    """`max_dropped_rounds` rounds in a row had every sample dropped (or the first round had, with no
+    earlier one to serve again): a reward that raises or hangs on every sample. Every rank raises it at
+    the same round end (the round is gathered), so the ranks may write their checkpoint on the way out
+    together; the console shows its one line (run/errors.py)."""
 
     on_every_rank = True
 
@@ -49,7 +52,7 @@ class RegenerateExperience(L.Callback):
         self.rounds = self.epochs_ended = 0
         self.last_end_step = -1
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "generation_seconds": 0.0,
-                       "records_generated": 0, "records_dropped": 0, "reward_errors": 0}
+                       "records_generated": 0, "records_dropped": 0, "records_filtered": 0, "reward_errors": 0}
         self.reward_means: list[float] = []
         self.triggers: dict[str, int] = {}  # rounds made, by reason (rollout/trigger)
         self.replay_fracs: list[float] = []  # share of each round's groups that were replayed
@@ -163,8 +166,9 @@ class RegenerateExperience(L.Callback):
         """Generate and score this rank's samples: (scored records, their rewards, generation output,
         score report, log-prob mismatch); no annotation."""
         examples = [ex for ex, _, _ in prompts]
-        sampled = sample(self.generator, pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts], examples,
-                         self.env, dm.task.chat, policy_version=pl_module.policy_version)
+        with sampling_precision(self.generator, pl_module.precision_context()):  # the trainer's compute dtype
+            sampled = sample(self.generator, pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts],
+                             examples, self.env, dm.task.chat, policy_version=pl_module.policy_version)
         out, texts, episodes = sampled.out, sampled.texts, sampled.episodes or [None] * len(prompts)
         self._add_tools(sampled.stats, len(prompts))
         getattr(self.reward, "to", lambda device: None)(pl_module.device)  # models on the policy's device
@@ -204,7 +208,7 @@ class RegenerateExperience(L.Callback):
         why = report.first_error or ("algorithm.overlong_filter removed every sample (all cut at the length limit)"
                                      if scored else "the reward source abstained on every sample")
         if not dm.epoch_records():
-            raise RuntimeError(f"round {self.rounds + 1} has no scored sample ({why}) and there is no earlier "
+            raise DroppedRoundsError(f"round {self.rounds + 1} has no scored sample ({why}) and there is no earlier "
                                f"round to serve again; check the reward source (reward=...) and the task")
         if self.dropped_in_a_row >= self.max_dropped_rounds:
             raise DroppedRoundsError(f"{self.dropped_in_a_row} rounds in a row had every sample dropped ({why}); "
@@ -214,11 +218,18 @@ class RegenerateExperience(L.Callback):
                      f"{self.max_dropped_rounds})")
 
     def _logprob_mismatch(self, pl_module, records: list[ExperienceRecord]) -> dict[str, float]:
-        """For an engine whose log-probs are not the policy's own forward (vLLM): the train/inference
-        mismatch of this round's sampled tokens, from one no-grad policy forward in annotation batches.
-        rollout/logp_mismatch_kl: KL(engine ‖ policy) per token (k3); rollout/logp_mismatch_abs: mean
-        |Δ log-prob|. The correction (truncated_is, ...) weighs the tokens by the same ratio."""
-        if getattr(self.generator, "exact_logprobs", True) or not hasattr(pl_module, "annotation_batches"):
+        """For an engine whose log-probs are not the trainer's forward (vLLM; or any engine under a mixed
+        precision, whose decode rounds otherwise than the training forward): the train/inference mismatch
+        of this round's sampled tokens, from one no-grad policy forward at the trainer's precision, in
+        annotation batches. rollout/logp_mismatch_kl: KL(engine ‖ policy) per token (k3);
+        rollout/logp_mismatch_abs: mean |Δ log-prob|. vLLM's log-probs stay the behaviour (the correction,
+        truncated_is, ..., weighs the tokens by that ratio). The policy's own sampler (generator=hf) under
+        bf16-mixed decodes in the same dtype but rounds otherwise (a KV-cached step, not the whole sequence:
+        |Δ| ~5e-4): its records take the training forward's log-probs as behaviour (`rescore`), so that fresh
+        data has ratio 1 within 1e-4 (the sampler's are the mismatch logged)."""
+        exact = getattr(self.generator, "exact_logprobs", True)
+        rescore = exact and getattr(pl_module, "mixed_precision", False)
+        if (exact and not rescore) or not hasattr(pl_module, "annotation_batches"):
             return {}
         kl = absdiff = tokens = 0.0
         was_training = pl_module.policy.training
@@ -231,15 +242,18 @@ class RegenerateExperience(L.Callback):
                     kl += float(k3(engine, policy).sum())
                     absdiff += float((engine - policy).abs().sum())
                     tokens += len(lp)
+                    if rescore:  # an episode's observation tokens keep their 0.0 (no behaviour log-prob)
+                        keep = r.loss_mask or [1] * len(lp)
+                        r.behaviour_logprobs = [x if m else b for x, m, b in zip(lp, keep, r.behaviour_logprobs)]
         finally:
             pl_module.policy.train(was_training)
         return {"rollout/logp_mismatch_kl": kl / max(tokens, 1), "rollout/logp_mismatch_abs": absdiff / max(tokens, 1)}
 
     def _record(self, pl_module, ex, prompt_ids, gid, completion, logprobs, text, score, per_source):
-        prov = Provenance(source="policy_rollout", created_step=pl_module.policy_version,
-                          policy_version=pl_module.policy_version, generator=self.generator.name,
+        weights = pl_module.weights_identity()  # model (+ revision), run id, run-wide policy version
+        prov = Provenance(source="policy_rollout", created_step=weights.policy_version, generator=self.generator.name,
                           sampling=self.generator.sampling, reward_source=self.reward.name,
-                          reward_version=self.reward.version, origin=ex.meta.get("origin"))
+                          reward_version=self.reward.version, origin=ex.meta.get("origin"), **asdict(weights))
         return ExperienceRecord(prompt_ids=prompt_ids, completion_ids=completion, provenance=prov,
                                 group_id=gid, prompt_text=ex.prompt, completion_text=text,
                                 answer=ex.answer, behaviour_logprobs=logprobs,
@@ -285,7 +299,9 @@ class RegenerateExperience(L.Callback):
         t["generated_tokens"] += gen_tokens
         t["generation_seconds"] += out.seconds
         t["records_generated"] += len(out.completions)
-        t["records_dropped"] += len(out.completions) - len(rewards)
+        t["records_dropped"] += len(out.completions) - len(rewards)  # unscored (reward abstained or failed)
+        if self.round_extra:  # dynamic sampling: scored, but in a tied or surplus group, never trained on
+            t["records_filtered"] += len(rewards) - self.round_extra["rollout/dynamic_kept_records"]
         t["reward_errors"] += report.errors
         self.abstained += report.abstained
         self.timeouts += report.timeouts

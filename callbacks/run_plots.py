@@ -39,7 +39,8 @@ STEP_KEYS = {"reward": "rollout/reward_mean", "kl": "train/kl", "ess": "train/es
 PLOTS = {
     "loss": ("training loss (train/loss)", "loss"),
     "margin": ("implicit reward margin, chosen − rejected (train/reward_margin: DPO, IPO, KTO, RM)", "margin"),
-    "reward": ("rollout reward (batch mean, rollout/reward_mean)", "mean reward"),
+    "reward": ("rollout reward: mean over every sampled, scored completion of a round (rollout/reward_mean; "
+               "dynamic sampling's tied groups included; held-out greedy accuracy: accuracy.png)", "mean reward"),
     "accuracy": ("held-out greedy accuracy (val/accuracy)", "accuracy"),
     "kl": ("KL(π ‖ π_ref) per token (train/kl)", "KL"),
     "ess": ("effective sample size / batch (train/ess_frac)", "ESS fraction"),

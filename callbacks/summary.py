@@ -29,23 +29,33 @@ class RunSummary:
         os.replace(tmp, self.path)
 
     def table(self) -> Table:
-        keys = ["val/accuracy_before", "val/accuracy_after", "val/pref_accuracy_before",
+        keys = ["val/accuracy_before", "val/accuracy_after", "val/loss_before", "val/loss_after",
+                "val/pref_accuracy_before",
                 "val/pref_accuracy_after", "rollout/reward_mean_first",
                 "rollout/reward_mean", "rollout/replay_frac_mean", "cost/generated_tokens", "cost/usd",
                 "cost/accuracy_gain_per_mtok", "train/steps", "wall_seconds"]
+        shown = [k for k in keys if any(m.get(k) is not None for m in self.stages.values())]  # no empty rows
         table = Table(title="policyshift run summary")
         table.add_column("metric")
         for name in self.stages:
             table.add_column(name, justify="right")
-        for k in keys:
-            table.add_row(k, *[_fmt(m.get(k)) for m in self.stages.values()])
+        for k in shown:
+            table.add_row(k + ("*" if k == "cost/usd" else ""), *[_fmt(m.get(k)) for m in self.stages.values()])
         return table
 
+    def footnote(self) -> str | None:
+        """The line under the table when it shows dollars: what they are."""
+        if not any(m.get("cost/usd") is not None for m in self.stages.values()):
+            return None
+        return ("* cost/usd: an estimate at the configured prices (cost.usd_per_mtok_generated, "
+                "cost.usd_per_mtok_trained), not a bill")
+
     def print(self) -> None:
-        Console().print(self.table())
-        text = Console(width=120, record=True, file=io.StringIO(), color_system=None)
-        text.print(self.table())
-        to_log_file(text.export_text())
+        for console in (Console(), Console(width=120, record=True, file=io.StringIO(), color_system=None)):
+            console.print(self.table())
+            if self.footnote():
+                console.print(self.footnote(), highlight=False, soft_wrap=True)
+        to_log_file(console.export_text())
 
 
 def _fmt(v) -> str:

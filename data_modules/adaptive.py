@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import time
 
-from data_modules.adaptive_policy import REASONS, REUSE_REASONS, AdaptivePolicy, ReplayMeasure, SourceMeasure
+from data_modules.adaptive_policy import (REASONS, REUSE_REASONS, SAY_REASON, SAY_REUSE, AdaptivePolicy, ReplayMeasure,
+                                         SourceMeasure)
 from data_modules.experience import ExperienceRecord
 from data_modules.replay_mix import ReplayMixDataModule
 from hardware.console import say
-from tasks.base import encode_prompt
+from tasks.base import encode_example
 
 SERVED = {"fresh": "fresh", "replay": "replay", "dataset": "harvest"}  # served_as → the policy's source
 
@@ -137,7 +138,7 @@ class AdaptiveDataModule(ReplayMixDataModule):
     def _prompt(self, idx: int):
         ex = self.task.train[idx]
         if idx not in self._encoded:
-            self._encoded[idx] = encode_prompt(self.tokenizer, ex.prompt, self.task.chat)
+            self._encoded[idx] = encode_example(self.tokenizer, ex, self.task.chat)
         gid, self.next_group_id = self.next_group_id, self.next_group_id + 1
         self.group_prompt[gid] = idx
         return ex, self._encoded[idx], gid
@@ -162,7 +163,8 @@ class AdaptiveDataModule(ReplayMixDataModule):
             say(self.trainer, f"[mix] round {self.rounds_put + 1}: {counts['fresh']} fresh prompts × {self.group_size}, "
                               f"{counts['replay']} replayed, {counts['harvest']} harvested groups; "
                               f"{planned['skipped']} prompts skipped; reuse limit "
-                              f"{'none' if limit is None else limit}; reason {self.reason}")
+                              f"{'none' if limit is None else limit} ({SAY_REUSE[self.policy.reuse_reason]}); "
+                              f"{SAY_REASON[reason]}")
         self.said = self.reason
 
     # ---- measuring the last round --------------------------------------------------------------------

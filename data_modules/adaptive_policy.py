@@ -40,6 +40,18 @@ from dataclasses import dataclass
 SOURCES = ("fresh", "replay", "harvest")
 REASONS = ("start", "value", "min_fresh", "max_fresh", "refresh", "short_replay", "no_prompts")
 REUSE_REASONS = ("cap", "ess", "kl", "probe")
+SAY_REASON = {  # the console's words for each reason (mix/reason_code logs its index in REASONS)
+    "start": "a source not measured yet is tried",
+    "value": "the mix follows each source's measured value per cost",
+    "min_fresh": "fresh held at data.policy.min_fresh_frac (replay measured more valuable)",
+    "max_fresh": "fresh held at data.policy.max_fresh_frac (fresh measured more valuable)",
+    "refresh": "all fresh: a drift trigger ended the last round (data.refresh_on_drift)",
+    "short_replay": "all fresh: nothing servable to replay or harvest yet",
+    "no_prompts": "no fresh prompt left to sample",
+}
+SAY_REUSE = {  # and for the reuse limit's reason (mix/reuse_reason_code: its index in REUSE_REASONS)
+    "cap": "data.max_reuse", "ess": "the ESS rule", "kl": "the KL rule", "probe": "probing a longer reuse",
+}
 SELECTIONS = ("thompson", "stream")
 
 

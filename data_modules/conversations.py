@@ -1,9 +1,18 @@
-"""SFT on multi-turn chats (`data=conversations`): only the assistant turns carry loss.
+"""SFT from files (`data=conversations`): multi-turn chats (only the assistant turns carry loss), plain text
+(every token carries loss) and prompt-completion pairs (only the completion carries loss).
 
 Rows (JSON lines, Parquet, a `datasets.save_to_disk` folder or a Hub dataset id: read as preference files
-are, data_modules/preference_files.py) hold a `messages` list (`data.messages_key`) of
-`{"role": ..., "content": ...}`; roles are system, user, assistant and tool. An assistant message may carry
-`tool_calls` (its content may then be empty or null); a tool message is a tool's result.
+are, data_modules/preference_files.py) are in one of TRL's SFT formats (tasks/formats.py, docs/datasets.md):
+
+    {"messages": [...]}                 a chat (`data.messages_key`); roles system, user, assistant, tool
+    {"text": "..."}                     language modeling: the text's tokens + eos, every one trained but
+                                        the first (bos, or the first text token for a tokenizer without bos)
+    {"prompt": "...", "completion": "..."}      prompt tokens (bos + text), completion tokens + eos trained
+    {"prompt": [...], "completion": [...]}      a chat: prompt messages then completion messages (a string is a
+                                        user / an assistant message); only the completion's assistant turns train
+
+An assistant message may carry `tool_calls` (its content may then be empty or null); a tool message is a
+tool's result.
 
 Rendering: the tokenizer's chat template (`apply_chat_template`), or, for a tokenizer without one (model=tiny's
 character tokenizer), the plain template `PlainTemplate`:
@@ -18,10 +27,12 @@ boundary are rendered (before each assistant turn with the generation prompt, af
 of non-assistant messages, which is cut as one piece: Qwen2.5's template writes consecutive tool results
 as one user turn), and each piece's tokens are the difference of consecutive renderings; a template whose renderings are not prefixes of each other (one that
 rewrites earlier turns, e.g. drops past reasoning) is refused naming the row. An assistant turn's header
-(`<|im_start|>assistant\\n`, the generation prompt) is not trained; its content and everything the template
-writes after it up to the next turn (`<|im_end|>\\n`) are. The record's prompt is everything before the
-first trained turn's content; its completion is the rest, up to the last trained turn, with `loss_mask` 1
-on trained tokens and 0 on the user/tool/system turns (and untrained assistant turns) between them.
+(`<|im_start|>assistant\\n`, the generation prompt) is not trained; its content and its end-of-turn token
+(`<|im_end|>`) are; the whitespace the template writes after that token, before the next turn (ChatML's
+`\\n`), is not: a policy never samples it (generation stops at the end-of-turn token; `trained_length`).
+The record's prompt is everything before the first trained turn's content; its completion is the rest, up to
+the last trained turn, with `loss_mask` 1 on trained tokens and 0 on the user/tool/system turns (and untrained
+assistant turns) between them.
 `last_turn_only: true` trains the last assistant turn alone. Messages after the last assistant turn train
 nothing and are dropped.
 
@@ -40,14 +51,47 @@ from data_modules.base import ExperienceDataModule
 from data_modules.experience import ExperienceRecord, Provenance
 from data_modules.preference_files import read_rows
 from hardware.console import say0
-from tasks.base import Task
+from tasks.base import Task, encode_completion
+from tasks.formats import LANGUAGE_MODELING, PROMPT_COMPLETION, Columns, as_messages, row_format, text_or_messages
 from tasks.jsonl import DataFileError
 
 ROLES = ("system", "user", "assistant", "tool")
 OPTIONAL_KEYS = ("tool_calls", "name", "tool_call_id")  # kept when present (and not null)
 NO_LIMIT = 1_000_000  # tokenizers without a real limit report ~1e30
 
-Render = Callable[[list[dict], bool], list[int]]  # (messages, add_generation_prompt) → token ids
+Render = Callable[[list[dict], bool], list[int]]  # (messages, add_generation_prompt) → token ids; .tokenizer
+SFT_FORMATS = (LANGUAGE_MODELING, PROMPT_COMPLETION)
+
+
+@dataclass
+class SftRow:
+    """A row as data=conversations trains it: a conversation, or a standard (plain-text) row."""
+    messages: list[dict] | None = None  # a chat: a messages row, or a conversational prompt + its completion
+    prompt_turns: int = 0               # the chat's assistant turns that belong to the prompt (never trained)
+    text: str | None = None             # a standard language-modeling row
+    prompt: str | None = None           # a standard prompt-completion row
+    completion: str | None = None
+
+
+def parse_row(loc: str, row: dict, messages_key: str) -> SftRow:
+    """The row in the SFT format its columns make, checked; DataFileError naming `loc` otherwise."""
+    fmt = row_format(loc, row, SFT_FORMATS, "data=conversations", DataFileError, Columns(messages=messages_key))
+    if fmt.name == LANGUAGE_MODELING:
+        if messages_key in row:
+            return SftRow(messages=parse_conversation(loc, row, messages_key))
+        if not isinstance(row["text"], str) or not row["text"].strip():
+            raise DataFileError(f"{loc}: 'text' must be a non-empty string, got {_kind(row['text'])}")
+        return SftRow(text=row["text"])
+    if not fmt.conversational:
+        return SftRow(prompt=text_or_messages(loc, "prompt", row, DataFileError),
+                      completion=text_or_messages(loc, "completion", row, DataFileError))
+    prompt, completion = (as_messages(row["prompt"], "user"), as_messages(row["completion"], "assistant"))
+    if not isinstance(prompt, list) or not isinstance(completion, list):
+        raise DataFileError(f"{loc}: 'prompt' and 'completion' must be text or message lists")
+    if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in completion):
+        raise DataFileError(f"{loc}: the completion has no assistant message: nothing to train on")
+    messages = parse_conversation(loc, {"prompt + completion": prompt + completion}, "prompt + completion")
+    return SftRow(messages=messages, prompt_turns=sum(m["role"] == "assistant" for m in messages[: len(prompt)]))
 
 
 # ---------------------------------------------------------------- rows (no tokenizer)
@@ -89,12 +133,12 @@ def _kind(value) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def read_conversations(path: str, split: str, key: str, messages_key: str) -> list[tuple[str, list[dict]]]:
-    """[(location, messages)] of every row of `path` (the value of config key `key`)."""
+def read_conversations(path: str, split: str, key: str, messages_key: str) -> list[tuple[str, SftRow]]:
+    """[(location, row)] of every row of `path` (the value of config key `key`)."""
     rows = read_rows(path, split, key, error=DataFileError)
     if not rows:
         raise DataFileError(f"{path}: no conversations")
-    return [(loc, parse_conversation(loc, row, messages_key)) for loc, row in rows]
+    return [(loc, parse_row(loc, row, messages_key)) for loc, row in rows]
 
 
 def conversation_split(path: str, heldout_path: str | None, num_heldout: int, split: str, messages_key: str,
@@ -102,8 +146,8 @@ def conversation_split(path: str, heldout_path: str | None, num_heldout: int, sp
     """(train, held-out) conversations: held-out from `heldout_path`, else the last `num_heldout` rows of
     `path`; train cut to its first `max_examples` (null: all)."""
     if not path:
-        raise DataFileError("data=conversations needs data.path: a chat .jsonl/.parquet file or a "
-                            "save_to_disk folder of {\"messages\": [...]} rows")
+        raise DataFileError("data=conversations needs data.path: a .jsonl/.parquet file or a save_to_disk "
+                            "folder of {\"messages\": [...]}, {\"text\": ...} or {\"prompt\", \"completion\"} rows")
     train = read_conversations(path, split, "data.path", messages_key)
     if heldout_path:
         heldout = read_conversations(heldout_path, split, "data.heldout_path", messages_key)
@@ -145,11 +189,31 @@ def renderer(tokenizer: PreTrainedTokenizerBase) -> Render:
     """The tokenizer's chat template as a Render, or PlainTemplate when it has none."""
     if not getattr(tokenizer, "chat_template", None):
         return PlainTemplate(tokenizer)
+    return ChatTemplate(tokenizer)
 
-    def render(messages: list[dict], add_generation_prompt: bool) -> list[int]:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
+
+class ChatTemplate:
+    """The tokenizer's chat template (`apply_chat_template`) as a Render."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        self.tokenizer = tokenizer
+
+    def __call__(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-    return render
+
+
+def trained_length(tokenizer: PreTrainedTokenizerBase, body: list[int]) -> int:
+    """How many of an assistant turn's tokens train: up to and including its end-of-turn token (the last
+    special token, e.g. ChatML's <|im_end|>); the whitespace the template writes after it before the next
+    turn (ChatML's "\n") is not trained, since a policy never samples it: generation stops at the end-of-turn
+    token and the next turn's header (the template's generation prompt, `<|im_start|>assistant\n`) follows
+    it. A turn with no special token, or with more than whitespace after its last one, trains whole."""
+    special = set(getattr(tokenizer, "all_special_ids", None) or [])
+    ends = [i for i, t in enumerate(body) if t in special]
+    if not ends or ends[-1] == len(body) - 1:
+        return len(body)
+    return ends[-1] + 1 if not tokenizer.decode(body[ends[-1] + 1:]).strip() else len(body)
 
 
 @dataclass
@@ -202,32 +266,56 @@ def _extends(before: list[int], after: list[int], loc: str, i: int, j: int, afte
 
 
 # ---------------------------------------------------------------- records
-def conversation_record(loc: str, messages: list[dict], render: Render, last_turn_only: bool, index: int,
+def conversation_record(loc: str, row: SftRow | list[dict], render: Render, last_turn_only: bool, index: int,
                         source: str, max_length: int | None = None, limit_source: str = "data.max_length",
                         decode: Callable[[list[int]], str] | None = None) -> ExperienceRecord:
-    """One record: prompt = every token before the first trained assistant content; completion = the rest
-    up to the last trained turn, with loss_mask 1 on trained assistant tokens. Raises DataFileError naming
-    `loc` (template problems, a conversation longer than `max_length` tokens)."""
-    segs = segments(render, messages, loc)
-    trained = [i for i, s in enumerate(segs) if s.role == "assistant"]
-    trained = trained[-1:] if last_turn_only else trained
-    first, last = trained[0], trained[-1]
-    prompt = [t for s in segs[:first] for t in s.head + s.body] + segs[first].head
-    completion, mask = list(segs[first].body), [1] * len(segs[first].body)
-    for i in range(first + 1, last + 1):
-        s, on = segs[i], int(i in trained)
-        completion += s.head + s.body
-        mask += [0] * len(s.head) + [on] * len(s.body)
+    """One record: prompt = every token before the first trained tokens; completion = the rest up to the last
+    trained token, with loss_mask 1 on trained tokens (a chat's trained assistant turns; a text's every
+    token but the first; a completion's every token). Raises DataFileError naming `loc` (template problems,
+    a row longer than `max_length` tokens)."""
+    row = row if isinstance(row, SftRow) else SftRow(messages=row)
+    if row.messages is None:
+        prompt, completion, mask = _plain_ids(render.tokenizer, row)
+    else:
+        prompt, completion, mask = _turn_ids(loc, row, render, last_turn_only)
     if not any(mask):
         raise DataFileError(f"{loc}: the assistant turns render to no tokens: nothing to train on")
     n = len(prompt) + len(completion)
     if max_length and n > max_length:
-        raise DataFileError(f"{loc}: the conversation is {n:,} tokens after rendering, more than the model's "
+        what = "conversation" if row.messages is not None else "row"
+        raise DataFileError(f"{loc}: the {what} is {n:,} tokens after rendering, more than the model's "
                             f"context of {max_length:,} tokens ({limit_source})")
     show = decode or (lambda ids: "")
     return ExperienceRecord(prompt_ids=prompt, completion_ids=completion, loss_mask=mask,
                             provenance=Provenance(source=source, created_step=0, origin=loc), group_id=index,
                             prompt_text=show(prompt), completion_text=show(completion))
+
+
+def _plain_ids(tokenizer: PreTrainedTokenizerBase, row: SftRow) -> tuple[list[int], list[int], list[int]]:
+    """A standard row's (prompt, completion, loss mask): a text's tokens (with bos when the tokenizer adds
+    one) + eos, the first the prompt; a prompt's tokens, then the completion's + eos."""
+    if row.text is not None:
+        ids = tokenizer(row.text)["input_ids"] + [tokenizer.eos_token_id]
+        return ids[:1], ids[1:], [1] * (len(ids) - 1)
+    completion = encode_completion(tokenizer, row.completion)
+    return tokenizer(row.prompt)["input_ids"], completion, [1] * len(completion)
+
+
+def _turn_ids(loc: str, row: SftRow, render: Render, last_turn_only: bool) -> tuple[list[int], list[int], list[int]]:
+    """A chat's (prompt, completion, loss mask): its assistant turns after the prompt's trained."""
+    segs = segments(render, row.messages, loc)
+    trained = [i for i, s in enumerate(segs) if s.role == "assistant"][row.prompt_turns:]
+    trained = trained[-1:] if last_turn_only else trained
+    first, last = trained[0], trained[-1]
+    prompt = [t for s in segs[:first] for t in s.head + s.body] + segs[first].head
+    tokenizer, completion, mask = getattr(render, "tokenizer", None), [], []
+    for i in range(first, last + 1):
+        s = segs[i]
+        head = s.head if i > first else []  # the first trained turn's header ends the prompt
+        n = 0 if i not in trained else trained_length(tokenizer, s.body) if tokenizer is not None else len(s.body)
+        completion += head + s.body
+        mask += [0] * len(head) + [1] * n + [0] * (len(s.body) - n)
+    return prompt, completion, mask
 
 
 def context_limit(tokenizer: PreTrainedTokenizerBase, max_length: int | None) -> int | None:
@@ -250,12 +338,14 @@ class ConversationsDataModule(ExperienceDataModule):
         render, limit = renderer(tokenizer), context_limit(tokenizer, max_length)
         decode = lambda ids: tokenizer.decode(ids)  # noqa: E731
 
-        def record(i: int, loc: str, messages: list[dict]) -> ExperienceRecord:
-            return conversation_record(loc, messages, render, last_turn_only, i, source, limit, decode=decode)
+        def record(i: int, loc: str, row: SftRow) -> ExperienceRecord:
+            return conversation_record(loc, row, render, last_turn_only, i, source, limit, decode=decode)
         self.records = [record(i, loc, m) for i, (loc, m) in enumerate(train)]
         self.heldout_records = [record(i, loc, m) for i, (loc, m) in enumerate(heldout)]  # never trained on
         trained = sum(sum(r.loss_mask) for r in self.records)
-        say0(f"[data] {path}: {len(self.records)} training conversations ({trained:,} assistant tokens "
+        chats = all(row.messages is not None for _, row in train)
+        what = "conversations" if chats else "rows"
+        say0(f"[data] {path}: {len(self.records)} training {what} ({trained:,} {'assistant ' if chats else ''}tokens "
               f"trained{', last turns only' if last_turn_only else ''}), {len(self.heldout_records)} held out")
 
     def epoch_records(self) -> list[ExperienceRecord]:

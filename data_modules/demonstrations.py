@@ -1,12 +1,17 @@
 """SFT data: the task's reference answers as demonstrations from a teacher (the task's exact solver
-for arithmetic, the reference answers of a jsonl file). Off-policy data; provenance says so."""
+for arithmetic, the completions or answers of a jsonl file). Off-policy data; provenance says so. Loss on
+the completion only. A conversational prompt-completion row (tasks/formats.py) is rendered with the chat
+template: the prompt with the generation prompt, the completion as the template's continuation of it (its
+end-of-turn token included); a prompt-only row has nothing to train on and is refused naming its line."""
 from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
 from data_modules.base import ExperienceDataModule
 from data_modules.experience import ExperienceRecord, Provenance
-from tasks.base import Task, encode_completion, encode_prompt
+from tasks.base import Example, Task, encode_completion, encode_example
+from tasks.formats import PROMPT_COMPLETION, SHAPES, encode_completion_after
+from tasks.jsonl import DataFileError
 
 
 class DemonstrationsDataModule(ExperienceDataModule):
@@ -18,11 +23,21 @@ class DemonstrationsDataModule(ExperienceDataModule):
         # never trained on: callbacks/heldout_loss.py measures the held-out loss on them
         self.heldout_records = [self._record(ex, source, i) for i, ex in enumerate(task.heldout)]
 
-    def _record(self, ex, source: str, index: int) -> ExperienceRecord:
+    def _record(self, ex: Example, source: str, index: int) -> ExperienceRecord:
         shown = ex.meta.get("demonstration", ex.answer)  # what the teacher wrote (a flawed teacher: not the answer)
+        loc = ex.meta.get("origin", f"{self.task.name}:{index}")
+        if not shown:
+            raise DataFileError(f"{loc}: a prompt-only row: data=demonstrations trains on a completion "
+                                f"({PROMPT_COMPLETION} {SHAPES[PROMPT_COMPLETION]} rows; see docs/datasets.md)")
+        prompt_ids = encode_example(self.tokenizer, ex, self.task.chat)
+        if ex.messages is None and ex.completion_messages is None:
+            completion_ids = encode_completion(self.tokenizer, shown)
+        else:  # conversational: the template's own end-of-turn closes the completion
+            completion = ex.completion_messages if "demonstration" not in ex.meta else shown
+            completion_ids = encode_completion_after(self.tokenizer, loc, ex.messages or ex.prompt, prompt_ids,
+                                                     completion or shown, DataFileError)
         return ExperienceRecord(
-            prompt_ids=encode_prompt(self.tokenizer, ex.prompt, self.task.chat),
-            completion_ids=encode_completion(self.tokenizer, shown),
+            prompt_ids=prompt_ids, completion_ids=completion_ids,
             provenance=Provenance(source=source, created_step=0,
                                   origin=ex.meta.get("origin", f"{self.task.name}:{index}")),
             group_id=index, prompt_text=ex.prompt, completion_text=shown, answer=ex.answer,

@@ -18,8 +18,12 @@ import torch
 
 @dataclass
 class Provenance:
-    """Who made a record, with what, when. `policy_version` is the optimizer step of the weights that
-    generated it (None for data no policy of this run generated)."""
+    """Who made a record, with what, when. `policy_version` is the run-wide optimizer step of the weights
+    that generated it: it counts across the run's stages (a GRPO stage after 250 SFT steps starts at 250),
+    None for data no policy of this run generated. The weights themselves are named by `model` (+
+    `model_revision`), `run_id` and `policy_version`: the model the run started from, trained by that run
+    for that many optimizer steps. `times_used`: optimizer batches that served the record (a store's
+    column is rewritten as they change: data_modules/store.py)."""
 
     source: str  # policy_rollout | teacher | dataset | external_model | human
     created_step: int
@@ -30,6 +34,26 @@ class Provenance:
     reward_version: str | None = None
     origin: str | None = None  # task name, or file:row for loaded data
     times_used: int = 0
+    model: str | None = None  # the policy's model.name_or_path (a folder or Hub id), or the code that built it
+    model_revision: str | None = None  # a Hub model's snapshot commit (None: a local folder, a built model)
+    run_id: str | None = None  # the run whose weights generated it (run.json's id, also its W&B run id)
+
+
+@dataclass
+class WeightsIdentity:
+    """Which weights a policy has now (trainers/base.py PolicyModule.weights_identity): the fields of a
+    record's Provenance that name the behaviour policy."""
+
+    model: str | None
+    model_revision: str | None
+    run_id: str | None
+    policy_version: int
+
+
+def hub_revision(loaded_from: str | None) -> str | None:
+    """The commit of a Hub snapshot folder (`.../snapshots/<commit>`), else None."""
+    parts = str(loaded_from or "").rstrip("/").split("/")
+    return parts[-1] if len(parts) >= 2 and parts[-2] == "snapshots" else None
 
 
 @dataclass
@@ -49,6 +73,8 @@ class ExperienceRecord:
     values: list[float] | None = None  # critic's V(s_t) per completion token at annotation (PPO)
     returns: list[float] | None = None  # GAE return targets per completion token (PPO)
     token_advantages: list[float] | None = None  # GAE advantages per completion token (PPO)
+    prox_logprobs: list[float] | None = None  # correction=decoupled_ppo: the proximal policy's log-probs (the
+    # weights at the start of the round that serves it), set by the trainer each round (trainers/rollout.py)
     served_as: str = "fresh"  # fresh | replay | dataset: set by the data module when it serves a round
     loss_mask: list[int] | None = None  # 1/0 per completion token (None: every token trains), e.g. a
     # conversation's assistant turns 1, the user/tool turns between them 0 (data_modules/conversations.py),
@@ -72,6 +98,7 @@ class ExperienceBatch:
     values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     token_advantages: torch.Tensor | None = None
+    prox_logprobs: torch.Tensor | None = None
 
     @property
     def served_as(self) -> list[str]:
@@ -105,7 +132,7 @@ class ExperienceBatch:
         return [self] if size >= n else [self.select(slice(lo, min(lo + size, n))) for lo in range(0, n, size)]
 
 
-TOKEN_FIELDS = ("ref_logprobs", "values", "returns", "token_advantages")  # optional per-token lists
+TOKEN_FIELDS = ("ref_logprobs", "values", "returns", "token_advantages", "prox_logprobs")  # optional per-token lists
 
 
 def collate(records: list[ExperienceRecord], pad_id: int) -> ExperienceBatch:

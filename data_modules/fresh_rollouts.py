@@ -11,7 +11,7 @@ from data_modules.base import ExperienceDataModule
 from data_modules.buffer import ExperienceBuffer
 from data_modules.experience import ExperienceRecord
 from data_modules.store import ExperienceStore
-from tasks.base import Example, Task, encode_prompt
+from tasks.base import Example, Task, encode_example
 
 
 class FreshRolloutsDataModule(ExperienceDataModule):
@@ -35,7 +35,10 @@ class FreshRolloutsDataModule(ExperienceDataModule):
 
     @property
     def policy_version(self) -> int:
-        return self.trainer.global_step if self.trainer is not None else 0
+        """The module's run-wide policy version (trainers/base.py), that records are stamped with."""
+        if self.trainer is None:
+            return 0
+        return getattr(self.trainer.lightning_module, "policy_version", self.trainer.global_step)
 
     @property
     def steps_per_round(self) -> int:
@@ -52,17 +55,27 @@ class FreshRolloutsDataModule(ExperienceDataModule):
             idx = self._order[self.cursor % len(self._order)]
             self.cursor += 1
             if idx not in self._encoded:
-                self._encoded[idx] = encode_prompt(self.tokenizer, self.task.train[idx].prompt, self.task.chat)
+                self._encoded[idx] = encode_example(self.tokenizer, self.task.train[idx], self.task.chat)
             out.append((self.task.train[idx], self._encoded[idx], self.next_group_id))
             self.next_group_id += 1
         return out
 
     def put(self, records: list[ExperienceRecord]) -> None:
-        """Take one annotated round: into the buffer, and to the store if one is configured."""
+        """Take one annotated round: into the buffer, and to the store if one is configured (after the
+        reuse counts of the rounds it holds are brought up to date: ExperienceStore.sync)."""
+        self.sync_store()
         self.buffer.put(records)
         if self.store is not None:
             self.store.write_round(records, self.rounds_put)
         self.rounds_put += 1
+
+    def sync_store(self) -> None:
+        """The store's prov_times_used as the records' reuse counts now (a no-op without a store)."""
+        if self.store is not None:
+            self.store.sync([r for group in self.buffer.groups.values() for r in group])
+
+    def teardown(self, stage: str) -> None:
+        self.sync_store()  # the end of the fit: the last round's counts
 
     def epoch_records(self) -> list[ExperienceRecord]:
         latest = self.buffer.latest()
@@ -71,8 +84,10 @@ class FreshRolloutsDataModule(ExperienceDataModule):
         return latest
 
     def state_dict(self) -> dict:
+        self.sync_store()  # a checkpoint and the store agree on the reuse counts
+        store = {"store": self.store.state_dict()} if self.store is not None else {}
         return super().state_dict() | {"cursor": self.cursor, "next_group_id": self.next_group_id,
-                                       "rounds_put": self.rounds_put, "buffer": self.buffer.state_dict()}
+                                       "rounds_put": self.rounds_put, "buffer": self.buffer.state_dict()} | store
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
@@ -80,3 +95,5 @@ class FreshRolloutsDataModule(ExperienceDataModule):
         self.rounds_put = state.get("rounds_put", 0)
         if "buffer" in state:
             self.buffer.load_state_dict(state["buffer"])
+        if self.store is not None and "store" in state:
+            self.store.load_state_dict(state["store"], self.buffer.groups)

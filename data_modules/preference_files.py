@@ -3,7 +3,8 @@ dataset id (`owner/name`, `owner/name/<file or folder in the repo>`) in the Hugg
 .jsonl/.parquet files of the split (data.split; test/validation/… for data.heldout_path) are read, every
 shard in name order, or its save_to_disk folder (models/hub.py; the files picked are printed).
 
-Two forms, told apart by their columns (the names are configurable):
+Two of TRL's formats (tasks/formats.py, docs/datasets.md), told apart by their columns (the names are
+configurable):
     paired    {prompt, chosen, rejected}        DPO, IPO, reward model (KTO splits each pair in two)
     unpaired  {prompt, completion, label}       KTO; label must be a JSON boolean
 Each text is either plain text or chat messages ([{"role": ..., "content": ...}, ...]); chat rows go
@@ -26,6 +27,9 @@ from data_modules.preferences import PreferenceRecord, UnpairedRecord
 from hardware.console import say0
 from models.hub import dataset_files
 from tasks.base import encode_completion, encode_prompt
+from tasks.formats import (PREFERENCE, UNPAIRED, as_messages, chat_ids, detect, encode_completion_after, row_format,
+                           text_or_messages)
+from tasks.formats import Columns as FormatColumns
 from tasks.jsonl import read_jsonl_objects
 
 
@@ -81,12 +85,13 @@ class Columns:
     completion: str
     label: str
 
+    def formats(self) -> FormatColumns:
+        return FormatColumns(prompt=self.prompt, completion=self.completion, chosen=self.chosen,
+                             rejected=self.rejected, label=self.label)
+
     def form(self, row: dict) -> str | None:
-        if self.chosen in row and self.rejected in row:
-            return "paired"
-        if self.completion in row and self.label in row:
-            return "unpaired"
-        return None
+        """'paired' (a preference row), 'unpaired' (an unpaired preference row) or None."""
+        return {PREFERENCE: "paired", UNPAIRED: "unpaired"}.get(detect(row, self.formats()))
 
 
 def parse_row(loc: str, row: dict, form: str, columns: Columns) -> tuple:
@@ -106,8 +111,8 @@ def _parse_paired(loc: str, row: dict, c: Columns) -> tuple:
     if c.prompt in row:
         prompt = _text_or_messages(loc, c.prompt, row)
     elif isinstance(chosen, list) and isinstance(rejected, list):  # implicit prompt: shared turns
-        prompt, chosen, rejected = chosen[:-1], chosen[-1:], rejected[-1:]
-        if not prompt or prompt != row[c.rejected][:-1]:
+        prompt, shared, chosen, rejected = chosen[:-1], rejected[:-1], chosen[-1:], rejected[-1:]
+        if not prompt or prompt != shared:
             raise PreferenceDataError(f"{loc}: no {c.prompt!r} column, and {c.chosen!r} and "
                                       f"{c.rejected!r} do not share every turn but the last")
     else:
@@ -171,47 +176,16 @@ class RowEncoder:
     def _prompt_ids(self, prompt, chat: bool) -> list[int]:
         if not chat:
             return encode_prompt(self.tokenizer, prompt, chat=False)
-        return _template(self.tokenizer, _messages(prompt, "user"), add_generation_prompt=True)
+        return chat_ids(self.tokenizer, as_messages(prompt, "user"), add_generation_prompt=True)
 
     def _completion_ids(self, loc, prompt, prompt_ids, completion, chat: bool) -> list[int]:
         if not chat:
             return encode_completion(self.tokenizer, completion)
-        full = _template(self.tokenizer, _messages(prompt, "user") + _messages(completion, "assistant"),
-                         add_generation_prompt=False)
-        if full[: len(prompt_ids)] != prompt_ids or len(full) == len(prompt_ids):
-            raise PreferenceDataError(f"{loc}: the chat template does not render the completion as a "
-                                      f"continuation of the prompt; cannot split prompt and completion")
-        return full[len(prompt_ids):]
+        return encode_completion_after(self.tokenizer, loc, prompt, prompt_ids, completion, PreferenceDataError)
 
 
 def _text_or_messages(loc: str, key: str, row: dict):
-    value = row.get(key)
-    if isinstance(value, str):
-        if not value.strip():
-            raise PreferenceDataError(f"{loc}: {key!r} is empty")
-        return value
-    if isinstance(value, list):
-        if not value:
-            raise PreferenceDataError(f"{loc}: {key!r} is an empty message list")
-        for m in value:
-            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-                raise PreferenceDataError(f"{loc}: {key!r} must be text or a list of "
-                                          f"{{'role': str, 'content': str}} messages, got {m!r}")
-        if not any(m["content"].strip() for m in value):
-            raise PreferenceDataError(f"{loc}: {key!r} has only empty messages")
-        return value
-    if value is None:
-        raise PreferenceDataError(f"{loc}: {key!r} is missing or null")
-    raise PreferenceDataError(f"{loc}: {key!r} must be text or chat messages, got {type(value).__name__}")
-
-
-def _messages(value, role: str) -> list[dict]:
-    return value if isinstance(value, list) else [{"role": role, "content": value}]
-
-
-def _template(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return text_or_messages(loc, key, row, PreferenceDataError)
 
 
 def _show(value) -> str:
@@ -223,12 +197,8 @@ def file_form(path: str, rows: list[tuple[str, dict]], columns: Columns) -> str:
     if not rows:
         raise PreferenceDataError(f"{path}: no rows")
     loc, first = rows[0]
-    form = columns.form(first)
-    if form is None:
-        raise PreferenceDataError(
-            f"{loc}: missing columns: need {[columns.prompt, columns.chosen, columns.rejected]} (paired) "
-            f"or {[columns.prompt, columns.completion, columns.label]} (unpaired, KTO); row has {sorted(first)}")
-    return form
+    row_format(loc, first, (PREFERENCE, UNPAIRED), "data=static_preferences", PreferenceDataError, columns.formats())
+    return columns.form(first)
 
 
 @dataclass

@@ -77,7 +77,8 @@ class ReplayMixDataModule(FreshRolloutsDataModule):
     def _harvest(self) -> None:
         """Load the store at `harvest` into the buffer (new group ids; annotated by the current module)."""
         module = self.trainer.lightning_module
-        records = load_experience(self.harvest, self.tokenizer, self.harvest_mismatch)
+        vocab = getattr(getattr(module.policy, "config", None), "vocab_size", None)  # ids must index its embedding
+        records = load_experience(self.harvest, self.tokenizer, self.harvest_mismatch, vocab)
         new_ids: dict[int, int] = {}
         for r in records:
             if r.group_id not in new_ids:

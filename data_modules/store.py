@@ -22,6 +22,7 @@ float, bool, None, list and dict values, so they also survive `torch.save`/`torc
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -35,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_modules.experience import ExperienceRecord, Provenance
+from data_modules.store_checks import StoreDataError, StoreMissing, check_round_file, check_table
 from tasks.base import encode_prompt
 
 FORMAT_VERSION = "1"
@@ -156,13 +158,23 @@ class ExperienceStore:
     """Writes one Parquet file per round into `directory` (created if needed).
 
     File index = round_index + offset. The offset is fixed at this object's first write so that the file
-    lands after every existing file: a second run (or a resumed one) appends rather than overwrites."""
+    lands after every existing file: a second run (or a resumed one) appends rather than overwrites.
+
+    Reuse counts: a round is written when it is made, before any of its records is served, so its
+    `prov_times_used` column starts at 0. The store keeps the records of the files it wrote while any of them
+    may still be served, and `sync` rewrites a file's `prov_times_used` column (that column only, atomically)
+    whenever their counts changed: the data module calls it before each new round, with each checkpoint and
+    at the end of the fit, so the counts read back are the optimizer batches that served each record, as of
+    the last round, checkpoint or end of the run. Its `state_dict` (in the data module's checkpoint) names
+    each row's record by (group id, position in its group), so a resumed run keeps the counts true."""
 
     def __init__(self, directory: str | Path, tokenizer: Any):
         self.directory = Path(directory)
         self.fingerprint = tokenizer_fingerprint(tokenizer)
         self._offset: int | None = None
         self._written: set[Path] = set()
+        self._rows: dict[str, list] = {}  # file name → its rows' records (None: not known after a resume)
+        self._counts: dict[str, list[int]] = {}  # file name → the prov_times_used the file holds
 
     def path_for(self, round_index: int) -> Path:
         if self._offset is None:
@@ -177,7 +189,13 @@ class ExperienceStore:
         path = self.path_for(round_index)
         if path.exists() and path not in self._written:
             raise FileExistsError(f"{path} was written by another run; refusing to overwrite it")
-        table = records_to_table(records, self.fingerprint)
+        self._replace(path, records_to_table(records, self.fingerprint))
+        self._written.add(path)
+        self._rows[path.name] = list(records)
+        self._counts[path.name] = [r.provenance.times_used for r in records]
+        return path
+
+    def _replace(self, path: Path, table: pa.Table) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
         try:
@@ -186,23 +204,69 @@ class ExperienceStore:
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
-        self._written.add(path)
-        return path
+
+    # ---- reuse counts
+    def sync(self, live: list) -> list[Path]:
+        """Rewrite the `prov_times_used` column of every file whose records were served since it was last
+        written; then forget the files none of whose records is in `live` (the buffer's records: no longer
+        served, so their counts are final). Returns the files rewritten."""
+        alive, rewritten = {id(r) for r in live}, []
+        for name, rows in list(self._rows.items()):
+            counts = [old if r is None else r.provenance.times_used for r, old in zip(rows, self._counts[name])]
+            if counts != self._counts[name]:
+                path = self.directory / name
+                table = pq.read_table(path)
+                column = table.schema.get_field_index(PROV_PREFIX + "times_used")
+                table = table.set_column(column, PROV_PREFIX + "times_used", pa.array(counts, pa.int64()))
+                self._replace(path, table.replace_schema_metadata(pq.read_schema(path).metadata))
+                self._counts[name] = counts
+                rewritten.append(path)
+            if not any(r is not None and id(r) in alive for r in rows):
+                del self._rows[name], self._counts[name]
+        return rewritten
+
+    def state_dict(self) -> dict:
+        """Per file still followed: each row's (group id, position in its group) and the counts it holds."""
+        keys = {}
+        for name, rows in self._rows.items():
+            seen: dict[int, int] = {}
+            keys[name] = []
+            for r in rows:
+                gid = None if r is None else r.group_id
+                keys[name].append(None if r is None else [gid, seen.setdefault(gid, 0)])
+                if r is not None:
+                    seen[gid] += 1
+        return {"rows": keys, "counts": copy.deepcopy(self._counts)}
+
+    def load_state_dict(self, state: dict, groups: dict[int, list]) -> None:
+        """Follow the files of `state` again, their rows' records found in `groups` (the restored buffer's)."""
+        def find(key):
+            group = groups.get(key[0], []) if key is not None else []
+            return group[key[1]] if key is not None and key[1] < len(group) else None
+        self._rows = {name: [find(k) for k in keys] for name, keys in state.get("rows", {}).items()}
+        self._counts = {name: list(state["counts"][name]) for name in self._rows}
 
 
 # ---------------------------------------------------------------- reading
 def _read_store_file(path: Path) -> tuple[pa.Table, str, list[str]]:
+    check_round_file(path)  # a FIFO, a device or a symlink: refused before anything opens it
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as err:
-        raise ValueError(f"{path} is not a readable Parquet file: {err}") from err
+        raise StoreDataError(f"{path} is not a readable Parquet file: {err}") from err
     meta = table.schema.metadata or {}
     if KEY_VERSION not in meta or KEY_FINGERPRINT not in meta:
-        raise ValueError(f"{path} is not a policyshift experience store file (no store metadata)")
+        raise StoreDataError(f"{path} is not a policyshift experience store file (no store metadata)")
     version = meta[KEY_VERSION].decode()
     if version != FORMAT_VERSION:
-        raise ValueError(f"{path} has store format version {version}; this code reads {FORMAT_VERSION}")
-    return table, meta[KEY_FINGERPRINT].decode(), json.loads(meta.get(KEY_JSON, b"[]"))
+        raise StoreDataError(f"{path} has store format version {version}; this code reads {FORMAT_VERSION}")
+    try:
+        json_columns = json.loads(meta.get(KEY_JSON, b"[]"))
+    except (ValueError, RecursionError):
+        json_columns = None
+    if not isinstance(json_columns, list) or not all(isinstance(c, str) for c in json_columns):
+        raise StoreDataError(f"{path}: its {KEY_JSON.decode()} metadata is not a JSON list of column names")
+    return table, meta[KEY_FINGERPRINT].decode(), json_columns
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -229,46 +293,74 @@ def retokenize(record: ExperienceRecord, tokenizer: Any) -> ExperienceRecord:
         completion_ids=completion, provenance=dataclasses.replace(record.provenance, source=source), **reset)
 
 
-def read_round(path: str | Path, tokenizer: Any, on_mismatch: str = "refuse") -> list[ExperienceRecord]:
-    """One store file's records; see `load_experience`."""
-    path = Path(path)
+def _checked_table(path: Path, tokenizer: Any, on_mismatch: str,
+                   vocab_size: int | None) -> tuple[pa.Table, list[str], bool]:
+    """(table, JSON columns, whether its tokenizer is the current one) of a store file whose rows passed
+    data_modules/store_checks.py (token ids against `vocab_size` only when they are kept: same tokenizer),
+    after the tokenizer rule (`tokenizer` None: not checked, as when planning a model node it cannot
+    probe). Raises StoreDataError naming the file (and row)."""
     table, fingerprint, json_columns = _read_store_file(path)
-    records = [row_to_record(_unflatten(flat, json_columns)) for flat in table.to_pylist()]
-    for i, r in enumerate(records):
-        if r.provenance.origin is None:
-            r.provenance.origin = f"{path.name}:{i}"
-    current = tokenizer_fingerprint(tokenizer)
+    current = fingerprint if tokenizer is None else tokenizer_fingerprint(tokenizer)
+    check_table(path, table, json_columns, vocab_size if fingerprint == current else None)
     if fingerprint == current:
-        return records
+        return table, json_columns, True
     if on_mismatch == "refuse":
-        raise ValueError(
+        raise StoreDataError(
             f"{path} was written with tokenizer {fingerprint} but the current tokenizer is {current}: "
             "its token ids mean different things here. Set data.harvest_mismatch=retokenize to re-encode "
             "the stored texts with the current tokenizer (log-probs are then dropped and recomputed).")
-    masked = [i for i, r in enumerate(records) if r.loss_mask is not None and 0 in r.loss_mask]
+    masks = table.column("loss_mask").to_pylist() if "loss_mask" in table.column_names else []
+    masked = [i for i, mask in enumerate(masks) if mask is not None and 0 in mask]
     if masked:
-        raise ValueError(
+        raise StoreDataError(
             f"{path} was written with tokenizer {fingerprint} but the current tokenizer is {current}, and "
             f"{len(masked)} of its records (rows {masked[:5]}...) have a loss_mask (multi-turn episodes' "
             "observations, conversations' user turns): data.harvest_mismatch=retokenize re-encodes only the "
             "texts and cannot carry such a mask over, so the masked tokens would train. Harvest this store "
             "with the tokenizer (model) that wrote it, or leave it out.")
-    return [retokenize(r, tokenizer) for r in records]
+    return table, json_columns, False
 
 
-def load_experience(directory: str | Path, tokenizer: Any,
-                    on_mismatch: str = "refuse") -> list[ExperienceRecord]:
+def read_round(path: str | Path, tokenizer: Any, on_mismatch: str = "refuse",
+               vocab_size: int | None = None) -> list[ExperienceRecord]:
+    """One store file's records; see `load_experience`."""
+    path = Path(path)
+    table, json_columns, same = _checked_table(path, tokenizer, on_mismatch, vocab_size)
+    records = [row_to_record(_unflatten(flat, json_columns)) for flat in table.to_pylist()]
+    for i, r in enumerate(records):
+        if r.provenance.origin is None:
+            r.provenance.origin = f"{path.name}:{i}"
+    return records if same else [retokenize(r, tokenizer) for r in records]
+
+
+def load_experience(directory: str | Path, tokenizer: Any, on_mismatch: str = "refuse",
+                    vocab_size: int | None = None) -> list[ExperienceRecord]:
     """Every record of every `round_*.parquet` in `directory`, in round order.
 
     Same tokenizer fingerprint: records come back exactly as written. Different fingerprint:
-    on_mismatch="refuse" raises ValueError; "retokenize" re-encodes the texts with `tokenizer` and sets
-    behaviour_logprobs/ref_logprobs to None: the caller must recompute them under the current policy. A
-    file holding records with a loss mask that masks tokens (episodes, conversations) is refused either way:
-    their masks cannot be re-derived from the texts.
+    on_mismatch="refuse" raises StoreDataError (a ValueError); "retokenize" re-encodes the texts with
+    `tokenizer` and sets behaviour_logprobs/ref_logprobs to None: the caller must recompute them under the
+    current policy. A file holding records with a loss mask that masks tokens (episodes, conversations) is
+    refused either way: their masks cannot be re-derived from the texts. Every file is checked as
+    data_modules/store_checks.py says (`vocab_size`: the model's, bounding the token ids; None: unbounded).
     Records with no `provenance.origin` get "<file name>:<row>"."""
+    return [r for path in _store_files(directory, on_mismatch)
+            for r in read_round(path, tokenizer, on_mismatch, vocab_size)]
+
+
+def check_store(directory: str | Path, tokenizer: Any, on_mismatch: str = "refuse",
+                vocab_size: int | None = None) -> int:
+    """What `load_experience` refuses, refused without building the records (a run checks its harvest
+    store when it is planned, before any model is built); the number of rows. `tokenizer` None: the
+    tokenizer rule is not checked."""
+    return sum(_checked_table(path, tokenizer, on_mismatch, vocab_size)[0].num_rows
+               for path in _store_files(directory, on_mismatch))
+
+
+def _store_files(directory: str | Path, on_mismatch: str) -> list[Path]:
     if on_mismatch not in MISMATCH_MODES:
         raise ValueError(f"data.harvest_mismatch={on_mismatch!r}: expected one of {MISMATCH_MODES}")
     files = round_files(directory)
     if not files:
-        raise FileNotFoundError(f"no experience store files (round_*.parquet) in {directory}")
-    return [r for _, path in files for r in read_round(path, tokenizer, on_mismatch)]
+        raise StoreMissing(f"no experience store files (round_*.parquet) in {directory}")
+    return [path for _, path in files]

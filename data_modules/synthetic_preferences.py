@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase
 from data_modules.experience import Provenance
 from data_modules.preferences import PreferenceRecord
 from generators.base import completion_texts, stop_ids
-from tasks.base import Example, Task, encode_completion, encode_prompt
+from tasks.base import Example, Task, encode_completion, encode_example
 
 SUM = re.compile(r"^\s*(\d+)\s*\+\s*(\d+)\s*=\s*$")
 HELDOUT_SEED = 0
@@ -47,7 +47,7 @@ def _operands(task: Task, ex: Example) -> tuple[int, int]:
 def _pair(tokenizer, task, ex, chosen: str, rejected: str, prov: Provenance, gid: int,
           chosen_ids: list[int] | None = None, rejected_ids: list[int] | None = None) -> PreferenceRecord:
     return PreferenceRecord(
-        prompt_ids=encode_prompt(tokenizer, ex.prompt, task.chat),
+        prompt_ids=encode_example(tokenizer, ex, task.chat),
         chosen_ids=chosen_ids or encode_completion(tokenizer, chosen),
         rejected_ids=rejected_ids or encode_completion(tokenizer, rejected),
         provenance=prov, group_id=gid, prompt_text=ex.prompt, chosen_text=chosen, rejected_text=rejected,
@@ -100,7 +100,7 @@ def checkpoint_pairs(task: Task, tokenizer: PreTrainedTokenizerBase, num_pairs: 
     def make(split, examples, indices, gen_seed):
         torch.manual_seed(gen_seed)
         picked = [examples[i] for i in indices]
-        prompts = [encode_prompt(tokenizer, ex.prompt, task.chat) for ex in picked for _ in range(samples_per_prompt)]
+        prompts = [encode_example(tokenizer, ex, task.chat) for ex in picked for _ in range(samples_per_prompt)]
         out = generator.sample(model, tokenizer, prompts)
         texts = completion_texts(tokenizer, out.completions, stop_ids(model, tokenizer))
         scores = verifier.score([], texts, [ex for ex in picked for _ in range(samples_per_prompt)])

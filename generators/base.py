@@ -50,6 +50,15 @@ def completion_texts(tokenizer, completions: list[list[int]], stops: list[int]) 
                                   skip_special_tokens=True)
 
 
+def sampling_precision(generator, precision):
+    """The block a round samples in: `precision` (the trainer's forward context, e.g. bf16-mixed's
+    autocast) for an engine that samples with the policy's own forward (`exact_logprobs`: generator=hf),
+    so that its behaviour log-probs are those of the forward the trainer scores with (in float32 they
+    were not: fresh data showed ratio_max 1.0047 under bf16-mixed, and a GPU decoded in float32); nothing
+    for an engine with its own weights and dtype (generator=vllm: model.dtype, its mismatch is logged)."""
+    return precision if getattr(generator, "exact_logprobs", False) else nullcontext()
+
+
 def weights_held(generator):
     """A block in which the caller promises the policy's weights do not change (an episode round samples
     once per turn): the engine's `weights_held()` where it has one (generator=vllm then syncs the weights

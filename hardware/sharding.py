@@ -75,9 +75,27 @@ def fully_shard_module(module: torch.nn.Module, mesh, precision=None) -> torch.n
 
 
 def full_state_dict(model: torch.nn.Module) -> dict:
-    """The whole state dict of a sharded model on rank 0's CPU ({} on other ranks); every rank calls."""
+    """The whole state dict of a sharded model on rank 0's CPU ({} on other ranks); every rank calls.
+
+    Tied parameters (an LM head tied to the embedding) come back as one tensor under each of their names,
+    as `model.state_dict()` gives them: gathered from several ranks' shards they were separate copies, and
+    save_pretrained, which finds ties by shared storage, wrote the embedding matrix twice (Qwen2.5-0.5B:
+    136 M parameters more)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    for names in tied_names(model):
+        present = [n for n in names if n in state]
+        for name in present[1:]:
+            state[name] = state[present[0]]
+    return state
+
+
+def tied_names(model: torch.nn.Module) -> list[list[str]]:
+    """Groups of parameter names that are one parameter (tied weights), each in the model's order."""
+    by_param: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_param.setdefault(id(param), []).append(name)
+    return [names for names in by_param.values() if len(names) > 1]
 
 
 def reshard(*models) -> None:

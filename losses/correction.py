@@ -19,6 +19,13 @@ aggregates with losses.common.aggregate):
                                                           Yao et al. 2025): bias for bounded variance
     masked_is     L = -sg(ρ · 1[low ≤ ρ ≤ high]) · A · log π   (tokens with extreme ratios are dropped,
                                                           the rest importance-weighted)
+    decoupled_ppo L = -sg(min(π_prox/μ, C)) · min(r A, clip(r, 1-ε_low, 1+ε_high) A),  r = π/π_prox
+                                                         (AReaL's decoupled PPO, Fu et al. 2025): the trust
+                                                         region is anchored at the proximal policy π_prox (the
+                                                         weights at the start of the round that serves the
+                                                         record), and the behaviour gap μ → π_prox, however
+                                                         many versions old, is importance-weighted, truncated
+                                                         at C. With π_prox = μ (fresh data) it is ppo_clip.
 On-policy (π = μ, ρ = 1) every one of them has the gradient of -A · log π.
 
 `importance_diagnostics` measures how off-policy a batch is (ratio mean/max, ESS, KL(μ ‖ π)).
@@ -76,6 +83,27 @@ def ppo_clip(logprobs, behaviour_logprobs, advantages, mask, clip_low: float, cl
     seq = log_ratio(logprobs, behaviour_logprobs, mask, level, normalise=True).detach()
     d = seq + logprobs - logprobs.detach()
     return clipped_surrogate(d, torch.zeros_like(d), advantages, mask, clip_low, clip_high)
+
+
+def decoupled_ppo(logprobs, behaviour_logprobs, advantages, mask, prox_logprobs, clip_low: float,
+                  clip_high: float, cap: float, level: str = "token"):
+    """Decoupled PPO: ppo_clip against π_prox (prox_logprobs [B, T], the proximal policy's log-probs of the
+    same tokens), each token weighted by the truncated behaviour correction w = sg(min(exp(log π_prox -
+    log μ), cap)). Fresh data (π_prox = μ) has w = 1 and the exact loss and gradient of ppo_clip. Metrics:
+    the surrogate's clip_frac and ratio (π/π_prox), and behaviour_ratio_mean/max, behaviour_trunc_frac
+    (share of tokens whose weight was truncated at cap)."""
+    if cap < 1:
+        raise ValueError(f"decoupled_ppo cap={cap} must be ≥ 1 (fresh tokens have weight 1)")
+    gap = torch.exp(log_ratio(prox_logprobs, behaviour_logprobs, mask, level)).detach()
+    weight = gap.clamp(max=cap)
+    loss, metrics = ppo_clip(logprobs, prox_logprobs, advantages, mask, clip_low, clip_high, level)
+    g = _metrics(gap, mask, gap > cap)
+    metrics |= {"behaviour_ratio_mean": g["ratio_mean"], "behaviour_ratio_max": g["ratio_max"],
+                "behaviour_trunc_frac": g["clip_frac"]}
+    return weight * loss, metrics
+
+
+decoupled_ppo.needs_proximal = True  # the trainer passes prox_logprobs (trainers/rollout.py)
 
 
 def truncated_is(logprobs, behaviour_logprobs, advantages, mask, cap: float, level: str = "token"):

@@ -6,7 +6,8 @@ local file or folder but looks like a Hub id (`owner/name`; a data key may go on
 (`huggingface_hub.snapshot_download`), and the project's readers read that folder like any local one.
 
 Offline (`HF_HUB_OFFLINE=1`, train.py's default) nothing is downloaded: the id must be in the cache
-already (`huggingface-cli download <id>`), else the error names the key, the id, the cache folder
+already (`hf download <id>`; `hub_cli` names the command the installed
+huggingface_hub ships), else the error names the key, the id, the cache folder
 searched and how to fetch it. `HF_HUB_OFFLINE=0` lets the run download what the cache lacks. Both are read
 when a key is resolved (not when huggingface_hub was imported), as are `HF_HUB_CACHE` and `HF_HOME`.
 """
@@ -22,6 +23,20 @@ TRUE = {"1", "on", "yes", "true"}  # huggingface_hub's spelling of a true flag
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja", "*.py"]  # no .bin, onnx…
 DATA_FILES = ["*.jsonl", "*.json", "*.parquet", "*.arrow", "*.md"]
 HELDOUT_WORDS = ("test", "validation", "valid", "heldout", "eval", "dev")
+
+
+def hub_cli(action: str) -> str:
+    """The shell command for `action` (download, login, upload) with the CLI the installed huggingface_hub
+    ships: `hf` since 0.34 (`hf download`, `hf auth login`, `hf upload`), `huggingface-cli` before (later
+    releases dropped it), so the advice in an error runs as printed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        major, minor = (int(x) for x in re.findall(r"\d+", version("huggingface_hub"))[:2])
+    except (PackageNotFoundError, ValueError):
+        major, minor = 1, 0
+    if (major, minor) >= (0, 34):
+        return {"login": "hf auth login"}.get(action, f"hf {action}")
+    return f"huggingface-cli {action}"
 
 
 def offline() -> bool:
@@ -107,7 +122,7 @@ def snapshot(repo_id: str, kind: str, what: str, error: type[Exception], pattern
     try:
         return _download(repo_id, kind, cache, local, tuple(patterns))
     except Exception as e:  # noqa: BLE001 - not cached, not found, no network, gated: named below
-        fetch = f"huggingface-cli download {repo_id}" + (" --repo-type dataset" if kind == "dataset" else "")
+        fetch = f"{hub_cli('download')} {repo_id}" + (" --repo-type dataset" if kind == "dataset" else "")
         folder = cache / f"{kind}s--{repo_id.replace('/', '--')}"
         if local:
             raise error(f"{what}: no such local path, and the Hugging Face cache has no {kind} "
@@ -116,7 +131,7 @@ def snapshot(repo_id: str, kind: str, what: str, error: type[Exception], pattern
         lines = str(e).strip().splitlines()
         raise error(f"{what}: no such local path, and the {kind} {repo_id!r} did not download from "
                     f"the Hugging Face Hub into {cache} ({type(e).__name__}: {lines[0] if lines else ''}): check "
-                    f"the id, the network, and `huggingface-cli login` for a gated or private repo") from None
+                    f"the id, the network, and `{hub_cli('login')}` for a gated or private repo") from None
 
 
 @functools.lru_cache(maxsize=64)

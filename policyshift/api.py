@@ -1,4 +1,4 @@
-"""`policyshift.train(overrides, output_dir, reward_fn)`: compose conf/train.yaml with Hydra's compose API,
+"""`policyshift.train(overrides, output_dir, reward_fn, model, tokenizer, train_dataset)`: compose conf/train.yaml with Hydra's compose API,
 check the overrides as train.py's command line is checked (run/command_line.py), then run train.py's own
 job (`run_job`: the run folder's lock, the plan-time checks of every stage, the stage loop, summary.json);
 returns the summary (summary.json's {stage: metrics}).
@@ -7,7 +7,8 @@ A bad override or config raises the project's error (run/errors.py: ConfigError,
 whose message is the line `python train.py` prints after `error: `; nothing calls sys.exit. Hydra-only
 features stay on the command line: sweeps (`-m`), `hydra.*` overrides (the run folder is `output_dir`).
 Importing policyshift sets train.py's environment defaults (W&B offline, HF_HUB_OFFLINE=1, ...) where
-unset: set HF_HUB_OFFLINE=0 before importing it to let a run download Hub ids.
+unset: set HF_HUB_OFFLINE=0 before importing it to let a run download Hub ids. A model object and a dataset object are written to the run folder and pointed at
+(policyshift/inputs.py), as TRL's trainers take them.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from policyshift.inputs import data_overrides, model_overrides
 from rewards import in_process
 from run.command_line import CONF_DIR, command_line_problem, with_default_data
 from run.errors import ConfigError
@@ -36,20 +38,28 @@ def main() -> None:
 
 
 def train(overrides: Iterable[str] = (), output_dir: str | Path | None = None,
-          reward_fn: Callable | None = None) -> dict[str, dict]:
+          reward_fn: Callable | None = None, model=None, tokenizer=None, train_dataset=None) -> dict[str, dict]:
     """Run the job `python train.py *overrides hydra.run.dir=output_dir` runs, in this process; returns
     summary.json's {stage: metrics}. `output_dir`: None makes outputs/<date>/<time> as Hydra does.
     `reward_fn`: fn(prompts, completions, examples) -> list[float | None], the reward=function source's
-    `reward.fn` (reward=function is chosen when no reward= is given)."""
-    overrides = with_default_data([str(o) for o in overrides])
+    `reward.fn` (reward=function is chosen when no reward= is given).
+    `model`: a model folder or Hub id (model=hf model.name_or_path=model), or a transformers PreTrainedModel,
+    saved with `tokenizer` (default: the tokenizer of its name_or_path folder) to <output_dir>/inputs/model
+    and loaded from there: the run trains a copy, never the object itself.
+    `train_dataset`: a datasets.Dataset (or a list of row dicts, or a file path) in one of TRL's formats
+    (docs/datasets.md), written to <output_dir>/inputs/train.jsonl; the stage's data source reads it:
+    data.path for data=conversations and data=static_preferences, else task=jsonl task.train_path. Text or
+    messages rows with no data= given choose data=conversations."""
+    overrides = [str(o) for o in overrides]
     if reward_fn is not None:
         overrides = with_reward_fn(overrides, reward_fn)
     _refuse_outside_one_job(overrides)
     out = Path(output_dir or Path("outputs") / time.strftime("%Y-%m-%d/%H-%M-%S")).resolve()
     with _config_dir():
-        problem = command_line_problem(overrides)
-        if problem:
-            raise ConfigError(problem)
+        _checked(overrides)  # before anything is written
+        overrides = model_overrides(model, tokenizer, overrides, out) + overrides
+        overrides = _checked(data_overrides(train_dataset, overrides, out, _checked,
+                                            lambda ovs: compose("train", overrides=ovs)))
         cfg = compose("train", overrides=overrides)
         if reward_fn is not None and needs_launch(cfg.trainer):
             raise ConfigError("reward_fn= lives in this process, and a job of several ranks runs each rank in a "
@@ -62,6 +72,16 @@ def train(overrides: Iterable[str] = (), output_dir: str | Path | None = None,
                 return train_py.run_job(cfg, overrides, out, out.name, out.name)
         finally:
             train_py.finish_wandb()
+
+
+def _checked(overrides: list[str]) -> list[str]:
+    """The overrides with the algorithm's default data (with_default_data), checked as train.py checks its
+    command line: the first problem raises ConfigError."""
+    overrides = with_default_data(overrides)
+    problem = command_line_problem(overrides)
+    if problem:
+        raise ConfigError(problem)
+    return overrides
 
 
 def with_reward_fn(overrides: list[str], fn: Callable) -> list[str]:

@@ -288,6 +288,7 @@ class ResumeState(L.Callback):
             return
         say0(f"[checkpoint] stopped by an error at step {trainer.global_step}; {self.last_path} written "
                  f"(resume=true continues from it once the cause is fixed)")
+        exception.checkpoint = self.last_path  # train.py's one-line report adds the resume command
 
     def teardown(self, trainer, pl_module, stage):
         self._restore_handlers()

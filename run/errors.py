@@ -1,18 +1,23 @@
 """How a bad input reaches the user: one line on stderr per problem, exit status 1, no traceback.
 
 The project's own errors (a config value, a data file, a model folder, a sandbox that cannot start, a
-non-finite loss) already name the key, file and line at fault; the traceback above them only hides that.
-`HYDRA_FULL_ERROR=1` brings the traceback back (re-raised as Hydra would). Anything else (a bug) keeps
-Hydra's usual report.
+non-finite loss, a reward that raised or hung on every sample until the rounds ran dry) already name the
+key, file and line at fault; the traceback above them only hides that. An error that stopped a stage after
+its checkpoint was written (run/checkpointing.py sets the exception's `checkpoint`) adds one line: the
+checkpoint and the command that continues from it. `HYDRA_FULL_ERROR=1` brings the traceback back
+(re-raised as Hydra would). Anything else (a bug) keeps Hydra's usual report.
 """
 from __future__ import annotations
 
 import difflib
 import os
 import sys
+from pathlib import Path
 from typing import Iterable, NoReturn
 
+from callbacks.regenerate import DroppedRoundsError
 from data_modules.preference_files import PreferenceDataError
+from data_modules.store_checks import StoreDataError
 from models.hf_checks import ModelFolderError
 from rewards.sandbox import SandboxUnavailable
 from run.checkpointing import CheckpointWriteError
@@ -29,7 +34,7 @@ class ConfigError(ValueError):
 
 
 USER_ERRORS = (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
-               NonFiniteLossError, CheckpointWriteError)
+               NonFiniteLossError, CheckpointWriteError, DroppedRoundsError, StoreDataError)
 
 
 def user_error(exc: BaseException) -> BaseException | None:
@@ -61,9 +66,24 @@ def full_traceback() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
-def exit_with(exc: BaseException) -> NoReturn:
-    """Print the project error in `exc` as format_error does and exit with status 1."""
-    sys.stderr.write(format_error(user_error(exc) or exc) + "\n")
+def resume_line(exc: BaseException, run_dir: Path | str) -> str | None:
+    """'[checkpoint] <file> written; ... continue with: python train.py resume=true hydra.run.dir=<run_dir>'
+    when the error stopped a stage after writing its checkpoint (`checkpoint` on it or on an exception it
+    wraps), else None."""
+    seen = 0
+    while exc is not None and seen < 5:
+        checkpoint = getattr(exc, "checkpoint", None)
+        if checkpoint:
+            return (f"[checkpoint] {checkpoint} written; once the cause is fixed, continue with: "
+                    f"python train.py resume=true hydra.run.dir={run_dir}")
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def exit_with(exc: BaseException, resume: str | None = None) -> NoReturn:
+    """Print the project error in `exc` as format_error does (then `resume`, the line that continues the
+    run, if any) and exit with status 1."""
+    sys.stderr.write(format_error(user_error(exc) or exc) + "\n" + (f"{resume}\n" if resume else ""))
     sys.stderr.flush()
     raise SystemExit(1)
 

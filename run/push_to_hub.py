@@ -10,7 +10,7 @@ when missing (`HfApi.create_repo`, exist_ok), the branch `revision` too, then `H
 transformers' and TRL's `push_to_hub` + `hub_model_id` + `hub_private_repo` are these keys.
 
 Checked when the run is planned, not after hours of training: the repo id's form, a Hub reachable in
-principle (HF_HUB_OFFLINE=0: train.py's default is offline) and a token (huggingface-cli login, HF_TOKEN).
+principle (HF_HUB_OFFLINE=0: train.py's default is offline) and a token (`hf auth login`, HF_TOKEN).
 An upload that fails at the end costs the upload only: the policy stays in the run folder, and the line
 printed says how to upload it by hand.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from hardware.console import say0
-from models.hub import offline
+from models.hub import hub_cli, offline
 from run.validation.values import raw
 
 REPO_ID = re.compile(r"^([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")  # name or owner/name
@@ -45,10 +45,10 @@ def push_problems(cfg: DictConfig) -> list[str]:
     if offline():
         return [f"{key}: HF_HUB_OFFLINE=1 (train.py's default) forbids the upload, which would fail after the "
                 f"training: run with HF_HUB_OFFLINE=0, or drop push_to_hub and upload <run>/policy later "
-                f"(huggingface-cli upload {repo_id} <run>/policy)"]
+                f"({hub_cli('upload')} {repo_id} <run>/policy)"]
     from huggingface_hub import get_token
     if not get_token():
-        return [f"{key}: no Hugging Face token for the upload: `huggingface-cli login`, or set HF_TOKEN"]
+        return [f"{key}: no Hugging Face token for the upload: `{hub_cli('login')}`, or set HF_TOKEN"]
     return []
 
 
@@ -65,7 +65,7 @@ def push_final_policy(cfg: DictConfig, saved: list[Path]) -> str | None:
     except Exception as e:  # noqa: BLE001 - network, permissions, quota: the run's files are safe
         lines = str(e).strip().splitlines()
         print(f"warning: push_to_hub: the upload of {folder} to {repo_id} failed ({type(e).__name__}: "
-              f"{lines[0] if lines else ''}); the policy is in the run folder: huggingface-cli upload {repo_id} "
+              f"{lines[0] if lines else ''}); the policy is in the run folder: {hub_cli('upload')} {repo_id} "
               f"{folder}", file=sys.stderr, flush=True)
         return None
     say0(f"push_to_hub: {folder} → {url}")

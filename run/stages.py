@@ -18,7 +18,7 @@ import torch
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hardware import distributed
@@ -32,9 +32,10 @@ from run.recipe import recipe_line
 from run.validation.config import validate
 from run.validation.conversation_data import conversation_records
 from run.validation.data import check_stage_data
+from run.validation.harvest_data import check_harvest
 from run.validation.preference_data import preference_records
 from run.validation.schemas import stage_list_problems
-from run.validation.values import budget_warning, warmup_warning
+from run.validation.values import budget_warning, cpu_bf16_note, warmup_warning
 from tasks.jsonl import DataFileError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -124,6 +125,7 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
     tokenizers: dict = {}  # the data against each stage's model context and reward (no weights loaded)
     for stage in stages:
         check_stage_data(stage.name, stage.cfg, stage.task, tokenizers)
+        check_harvest(stage.name, stage.cfg, tokenizers)  # a store's ids, lengths, finite numbers; no model
     for stage in stages:  # every stage's preference and conversation files, before the first stage trains
         records = preference_records(stage.name, stage.cfg, stage.task)
         if records is None:
@@ -138,7 +140,7 @@ def plan_stages(cfg: DictConfig, user_overrides: list[str], config_name: str = "
 def _warn(stages: list[Stage]) -> None:
     """One line on stderr (rank 0) for each stage setting that is allowed but likely not meant."""
     for stage in stages:
-        for note in (warmup_warning(stage.cfg), budget_warning(stage.cfg)):
+        for note in (warmup_warning(stage.cfg), budget_warning(stage.cfg), cpu_bf16_note(stage.cfg)):
             if note and distributed.is_zero():
                 print(f"warning: stage {stage.name}: {note}", file=sys.stderr, flush=True)
 
@@ -152,18 +154,35 @@ def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, na
 
 
 def batch_arithmetic(cfg: DictConfig) -> str:
-    """One line: how a stage's records reach an optimizer step, over `world` ranks."""
+    """One line: how a stage's records reach an optimizer step, over `world` ranks. An algorithm that keeps
+    only some of a round's samples (online DPO's one pair per prompt: trainers/base.py kept_per_group) is
+    counted in what it keeps, at most; a round's last, partial batch is a step too."""
     data, world = cfg.data, world_size_of(cfg.trainer)
     batch = int(data.batch_size)
+    prompts, group = int(data.get("prompts_per_round", 0)), int(data.get("group_size", 0))
+    kept = _kept_per_group(cfg.algorithm) if prompts else None
+    unit = kept[1] if kept else "records"
     micro = min(int(data.get("micro_batch_size") or batch), batch // world) or 1
     accumulation = max(batch // world // micro, 1)
-    step = f"micro-batch {micro} × accumulation {accumulation} × {world} rank(s) = {batch} records per optimizer step"
-    if "prompts_per_round" not in data:
+    step = f"micro-batch {micro} × accumulation {accumulation} × {world} rank(s) = {batch} {unit} per optimizer step"
+    if not prompts:
         return step
-    prompts, group = int(data.prompts_per_round), int(data.group_size)
     records, passes = prompts * group, int(data.get("epochs_per_round", 1))
-    return (f"{prompts} prompts per round × {group} samples = {records} records per round, "
-            f"{records / world:g} per rank; {step}; {passes * records // batch} optimizer steps per round")
+    line = f"{prompts} prompts per round × {group} samples = {records} records per round, {records / world:g} per rank"
+    if kept is None:
+        return f"{line}; {step}; {passes * records // batch} optimizer steps per round"
+    most = prompts * kept[0]
+    return (f"{line}; at most {most} {unit} kept ({kept[0]} per prompt); {step}; at most "
+            f"{-(-passes * most // batch)} optimizer steps per round ({passes} passes)")
+
+
+def _kept_per_group(algorithm: DictConfig) -> tuple[int, str] | None:
+    """The algorithm class's `kept_per_group` (trainers/base.py), from its config node's `_target_`."""
+    try:
+        cls = get_class(algorithm._target_)
+    except Exception:  # an unimportable target is reported by validation, not by this line
+        return None
+    return getattr(cls, "kept_per_group", lambda node: None)(algorithm)
 
 
 def print_batch_arithmetic(stages: list[Stage]) -> None:
@@ -260,12 +279,24 @@ class FirstStep(L.Callback):
             fn()
 
 
-def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None, on_first_step=None):
+def model_name(node: DictConfig) -> str:
+    """What records name as their model: model.name_or_path, or for a model built in code its builder
+    and settings (`models.tiny.build_tiny(hidden_size=128, ..., seed=0)`: they fix its starting weights)."""
+    if node.get("name_or_path"):
+        return str(node.name_or_path)
+    plain = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items()
+             if k != "_target_" and v is not None and not isinstance(v, (dict, list))}
+    return f"{node._target_}({', '.join(f'{k}={v}' for k, v in plain.items())})"
+
+
+def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None = None, on_first_step=None,
+              version_offset: int = 0):
     """Build everything for one stage and fit it (from `ckpt_path` when resuming: weights, optimizer,
     scheduler, data position, buffer, callback state, RNG states); returns (policy, tokenizer, summary
     metrics). The final weights go to checkpoints/<stage>/final.ckpt, so a resumed run can skip this
     stage. SIGTERM/SIGINT during training write checkpoints/<stage>/last.ckpt and raise RunInterrupted.
-    `on_first_step`: called once after the fit's first optimizer step (train.py records the run there)."""
+    `on_first_step`: called once after the fit's first optimizer step (train.py records the run there).
+    `version_offset`: the optimizer steps of the run's earlier stages (policy versions count across stages)."""
     cfg, start = stage.cfg, time.perf_counter()
     if world_size_of(cfg.trainer) > 1 and not launched():  # never Lightning's own launcher (sys.argv replay)
         raise RuntimeError("several ranks asked for in a process that no launcher started: train.py starts "
@@ -277,6 +308,7 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     reward = instantiate(cfg.reward)
     datamodule = build(cfg.data, task=stage.task, tokenizer=tokenizer)
     module = build(cfg.algorithm, policy=policy, tokenizer=tokenizer)
+    module.set_identity(model_name(cfg.model), cfg.run.get("wandb_id"), version_offset)  # records' provenance
     callbacks = [FirstStep(on_first_step)] if on_first_step else []
     callbacks += build_callbacks(cfg, generator, reward, stage.task, build_env(cfg))
     callbacks += [ResumeState(checkpoint_dir(stage) / "last.ckpt"), SameSettingsOnRanks(cfg)]

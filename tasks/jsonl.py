@@ -8,12 +8,16 @@ import errno
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Iterator
 
 from hardware.console import say0
 from models.hub import dataset_files
 from tasks.base import Example, Task
+from tasks.formats import PROMPT_COMPLETION, PROMPT_ONLY, Columns, flatten, row_format, text_or_messages
+
+TASK_FORMATS = (PROMPT_ONLY, PROMPT_COMPLETION)
 
 
 class DataFileError(ValueError):
@@ -26,14 +30,38 @@ def read_jsonl_objects(path: Path, error: type[Exception] = DataFileError) -> li
     for lineno, line in utf8_lines(path, error):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise error(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        problem, row = parse_json(line)
+        if problem:
+            raise error(f"{path}:{lineno}: {problem}")
         if not isinstance(row, dict):
             raise error(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         rows.append((lineno, row))
     return rows
+
+
+def parse_json(text: str) -> tuple[str | None, object]:
+    """(None, the value) of a JSON text, or (why it cannot be read, None). Every way the parser fails is a
+    reason, never a traceback: bad syntax, nesting deeper than Python's recursion limit (a RecursionError),
+    an integer longer than Python converts (over 4,300 digits: a ValueError), any other error it raises."""
+    try:
+        return None, json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"not valid JSON ({e.msg})", None
+    except RecursionError:
+        limit = sys.getrecursionlimit()
+        return f"not readable JSON (nested deeper than the parser's limit of about {limit:,} levels)", None
+    except ValueError as e:
+        if "integer string conversion" in str(e):
+            return (f"not readable JSON (an integer of more than {sys.get_int_max_str_digits():,} digits, Python's "
+                    "limit: write it as a string)"), None
+        return f"not readable JSON ({_first_line(e)})", None
+    except Exception as e:  # noqa: BLE001 - the parser's own failure, whatever it is, names the line
+        return f"not readable JSON ({type(e).__name__}: {_first_line(e)})", None
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
 
 
 def utf8_lines(path: Path, error: type[Exception] = DataFileError) -> Iterator[tuple[int, str]]:
@@ -73,20 +101,37 @@ def check_regular_file(p: Path, error: type[Exception] = DataFileError) -> None:
 
 def read_examples(path: str, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
     """The file's examples; each one's meta keeps the file's real path as `source_file` (a sandbox running
-    code against it checks that the file is out of the code's reach) and `file:line` as `origin`."""
+    code against it checks that the file is out of the code's reach) and `file:line` as `origin`. Rows are
+    prompt-only, prompt-completion (the completion is the reference answer and the SFT demonstration) or
+    {prompt, answer}, standard or conversational (tasks/formats.py)."""
     p = Path(path)
     check_regular_file(p)
-    examples, source = [], str(p.resolve())
+    examples, source, columns = [], str(p.resolve()), Columns(prompt=prompt_key)
     for lineno, row in read_jsonl_objects(p):
-        for key in (prompt_key, answer_key):
-            if not isinstance(row.get(key), str) or not row[key].strip():
-                raise DataFileError(f"{path}:{lineno}: missing or empty string field {key!r}")
-        meta = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
         where = {"origin": f"{p.name}:{lineno}", "source_file": source}
-        examples.append(Example(row[prompt_key], row[answer_key], meta | where))
+        examples.append(row_example(f"{path}:{lineno}", row, columns, answer_key, where))
     if not examples:
         raise DataFileError(f"{path}: no examples")
     return examples
+
+
+def row_example(loc: str, row: dict, columns: Columns, answer_key: str, where: dict) -> Example:
+    """One task row as an Example: the prompt (text, or messages kept in `messages` with their text in
+    `prompt`), the answer (answer_key's string, else the completion's text, else "" for a prompt-only row)."""
+    fmt = row_format(loc, row, TASK_FORMATS, "task=jsonl", DataFileError, columns)
+    prompt = text_or_messages(loc, columns.prompt, row, DataFileError)
+    completion = text_or_messages(loc, columns.completion, row, DataFileError) if fmt.name == PROMPT_COMPLETION else None
+    if answer_key in row:  # the project's own {prompt, answer} rows (with a completion: the demonstration)
+        if not isinstance(row[answer_key], str) or not row[answer_key].strip():
+            raise DataFileError(f"{loc}: missing or empty string field {answer_key!r}")
+        answer = row[answer_key]
+    else:
+        answer = flatten(completion) if completion is not None else ""
+    meta = {k: v for k, v in row.items() if k not in (columns.prompt, answer_key, columns.completion)}
+    if completion is not None and answer_key in row:
+        meta["demonstration"] = flatten(completion)
+    return Example(flatten(prompt), answer, meta | where, messages=prompt if isinstance(prompt, list) else None,
+                   completion_messages=completion if isinstance(completion, list) else None)
 
 
 def jsonl_task(train_path: str, heldout_path: str | None, chat: bool, num_heldout: int,
@@ -99,7 +144,12 @@ def jsonl_task(train_path: str, heldout_path: str | None, chat: bool, num_heldou
         if num_heldout >= len(train):
             raise DataFileError(f"{train_path}: task.num_heldout={num_heldout} but only {len(train)} lines")
         train, heldout = train[: len(train) - num_heldout], train[len(train) - num_heldout :]
-    return Task(name=Path(train_path).stem, train=train, heldout=heldout, chat=chat)
+    conversational = next((ex for ex in train + heldout if ex.messages is not None), None)
+    if conversational is None:
+        return Task(name=Path(train_path).stem, train=train, heldout=heldout, chat=chat)
+    line = conversational.meta["origin"].rsplit(":", 1)[1]
+    return Task(name=Path(train_path).stem, train=train, heldout=heldout, chat=True,
+                chat_why=f"{conversational.meta['source_file']}:{line} is a conversational row")
 
 
 def read_split(path: str, key: str, prompt_key: str, answer_key: str) -> list[Example]:

@@ -51,6 +51,9 @@ def test_train_two_stages_end_to_end(tmp_path):
     proc = train(*SMALL, "logger=csv", f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_run_dir(out)
+    for noise in ("GPU available", "TPU available", "💡 Tip", "LeafSpec", "Writing model shards", "W&B: None",
+                  "val/pref_accuracy_before"):  # third-party lines the user cannot act on, and empty rows
+        assert noise not in proc.stdout + proc.stderr, noise
     config = (out / "config.yaml").read_text()
     assert "trainers.sft.SFTModule" in config and "trainers.grpo.GRPOModule" in config
     # the final policy loads with transformers alone and generates
@@ -207,16 +210,16 @@ def chat_rows(n: int) -> list[dict]:
 
 def assistant_text(m: dict) -> str:
     """An assistant turn's trained text in Qwen2.5's ChatML tool format, written out by hand: its content, each
-    tool call as a <tool_call> block, the end of turn."""
+    tool call as a <tool_call> block, the end-of-turn token (not the "\\n" the template writes after it)."""
     calls = [c["function"] for c in m.get("tool_calls", [])]
     blocks = [f'<tool_call>\n{{"name": "{c["name"]}", "arguments": {json.dumps(c["arguments"])}}}\n</tool_call>' for c in calls]
-    return "\n".join(([m["content"]] if m["content"] else []) + blocks) + "<|im_end|>\n"
+    return "\n".join(([m["content"]] if m["content"] else []) + blocks) + "<|im_end|>"
 
 
 def test_sft_on_chat_template_conversations_with_tools_end_to_end(tmp_path):
     """data=conversations through train.py with model=hf: the synthetic Qwen-shaped folder with the BPE
     tokenizer and its ChatML template (tool calls included). The trained tokens are exactly the assistant
-    turns' (content, tool calls, <|im_end|>\\n; counted by hand from the rows, never the tool results or
+    turns' (content, tool calls, <|im_end|>; counted by hand from the rows, never the tool results or
     the user turns), and the held-out loss on assistant tokens falls."""
     from models.synthetic import write_qwen_like
     from tests.helpers import CHAT_MODEL
@@ -237,3 +240,16 @@ def test_sft_on_chat_template_conversations_with_tools_end_to_end(tmp_path):
     assert f"40 training conversations ({trained:,} assistant tokens trained), 8 held out" in done.stdout, done.stdout[-2000:]
     sft = json.loads((out / "summary.json").read_text())["sft"]
     assert sft["train/steps"] == 30 and sft["val/loss_after"] < sft["val/loss_before"] - 1.0, sft
+
+
+@pytest.mark.slow
+def test_the_smoke_quickstart_shows_both_lifts(tmp_path):
+    """experiment=quickstart_smoke, the README's first look (~2 min): SFT lifts the fresh model and GRPO lifts
+    SFT's held-out accuracy (measured 0.755 → 0.830 at seed 1; the bounds leave room for the other paths)."""
+    out = tmp_path / "run"
+    proc = train("experiment=quickstart_smoke", "callbacks.progress.refresh_rate=0", f"hydra.run.dir={out}",
+                 timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["sft"]["val/accuracy_after"] >= 0.5
+    assert summary["grpo"]["val/accuracy_after"] >= summary["sft"]["val/accuracy_after"] + 0.03

@@ -20,7 +20,7 @@ import lightning as L
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from data_modules.experience import ExperienceBatch, ExperienceRecord
+from data_modules.experience import ExperienceBatch, ExperienceRecord, WeightsIdentity, hub_revision
 from hardware import distributed
 from hardware.sharding import fully_shard_module, is_sharded, local_shard, reshard, shard_model
 from models.forward import sequence_token_logprobs
@@ -55,11 +55,37 @@ class PolicyModule(L.LightningModule):
         self.max_grad_norm = max_grad_norm  # clipped in training_step (Lightning's own clipping needs
                                             # automatic optimization)
         policy.train()  # dropout on while training; generation and evaluation switch to eval themselves
+        self.model_id: str | None = None  # set_identity: what the records' provenance names
+        self.model_revision = hub_revision(getattr(getattr(policy, "config", None), "_name_or_path", None))
+        self.run_id: str | None = None
+        self.version_offset = 0
+
+    @classmethod
+    def kept_per_group(cls, algorithm) -> tuple[int, str] | None:
+        """(at most how many training items a round keeps per prompt group, what they are: "pairs" |
+        "records") for an algorithm that filters its rollouts in `annotate` (online DPO, SPIN, rejection
+        sampling), from its `algorithm` config node; None: every sample is served (GRPO, PPO). The batch
+        line (run/stages.py batch_arithmetic) counts a round's optimizer steps with it."""
+        return None
+
+    def set_identity(self, model: str | None, run_id: str | None, version_offset: int) -> None:
+        """Called by the stage runner (run/stages.py): the model the run started from (model.name_or_path,
+        or the code that built it), the run's id, and the optimizer steps the run's earlier stages took."""
+        self.model_id, self.run_id, self.version_offset = model, run_id, version_offset
+
+    def setup(self, stage: str) -> None:
+        """With ranks: rank 0's run id on every rank (rank 0 alone reads the run's record)."""
+        self.run_id = distributed.gather(self.run_id)[0]
 
     @property
     def policy_version(self) -> int:
-        """The optimizer step of the current weights: what rollouts record as their policy_version."""
-        return self.trainer.global_step if self._trainer is not None else 0
+        """The run-wide optimizer step of the current weights (the run's earlier stages' steps + this
+        stage's): what rollouts record as their policy_version, and what staleness is measured against."""
+        return self.version_offset + (self.trainer.global_step if self._trainer is not None else 0)
+
+    def weights_identity(self) -> WeightsIdentity:
+        """The current weights, as a record's provenance names them (data_modules/experience.py)."""
+        return WeightsIdentity(self.model_id, self.model_revision, self.run_id, self.policy_version)
 
     # ---- the optimizer step over micro-batches ---------------------------------------------------
     def micro_loss(self, batch) -> tuple[torch.Tensor, dict]:
@@ -173,6 +199,11 @@ class PolicyModule(L.LightningModule):
         """The trainer's forward precision (bf16-mixed: autocast) for forwards outside training_step, so
         that annotated log-probs are computed as the training forward computes them."""
         return self.trainer.precision_plugin.forward_context() if self._trainer is not None else nullcontext()
+
+    @property
+    def mixed_precision(self) -> bool:
+        """Whether the training forward computes below float32 (trainer.precision=bf16-mixed | 16-mixed)."""
+        return self._trainer is not None and "mixed" in str(self.trainer.precision)
 
     @torch.no_grad()
     def frozen_logprobs(self, model: PreTrainedModel, batch: ExperienceBatch) -> list[list[float]]:

@@ -74,6 +74,10 @@ class OnlineDPOModule(DPOModule):
         self.ref_updates, self.ref_updated_round = 0, -1  # checkpointed
         self.last_round_stats: dict[str, float] = {}
 
+    @classmethod
+    def kept_per_group(cls, algorithm) -> tuple[int, str]:
+        return 1, "pairs"  # (best, worst) of each group, or none when it ties
+
     def check_data(self, datamodule) -> None:
         if not isinstance(datamodule, FilteredRolloutsDataModule):
             raise TypeError(f"algorithm={self.algorithm_name} makes its pairs from rollouts: use data=filtered_rollouts "

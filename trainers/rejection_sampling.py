@@ -32,6 +32,10 @@ class RejectionSamplingModule(SFTModule):
         self.threshold, self.keep_per_group = threshold, keep_per_group
         self.last_round_stats: dict[str, float] = {}
 
+    @classmethod
+    def kept_per_group(cls, algorithm) -> tuple[int, str]:
+        return min(int(algorithm.keep_per_group), int(algorithm.group_size)), "records"  # the best, above threshold
+
     def on_fit_start(self) -> None:
         if not isinstance(self.trainer.datamodule, FilteredRolloutsDataModule):
             raise TypeError(f"algorithm=rejection_sampling filters rollouts: use data=filtered_rollouts "

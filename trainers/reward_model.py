@@ -112,7 +112,7 @@ class RewardModelModule(PolicyModule):
         self.reward_model.save_pretrained(out)
         self.tokenizer.save_pretrained(out)
         meta = {"kind": "bradley_terry_reward_model", "scoring": SCORING, "template": "{prompt}{completion}",
-                "trained_steps": self.policy_version}
+                "trained_steps": self.trainer.global_step}
         (out / "reward_model.json").write_text(json.dumps(meta, indent=2))
         pairs = getattr(self.trainer.datamodule, "heldout_pairs", None) if self._trainer is not None else None
         if pairs:

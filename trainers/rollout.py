@@ -56,6 +56,7 @@ class RolloutModule(PolicyModule):
         self.last_diagnostics: dict[str, float] = {}  # of the latest step: read by the regeneration policy
         self._end_round: str | None = None
         self.round_end_reason: str | None = None  # why the current round ended early (None: it ran out)
+        self.proximal_forwards = 0  # decoupled_ppo: records of the latest round that needed a π_prox forward
 
     def add_reference(self) -> None:
         """Use a reference policy: a frozen copy, or (LoRA) the adapter-disabled policy itself."""
@@ -88,6 +89,38 @@ class RolloutModule(PolicyModule):
 
     def on_train_epoch_start(self) -> None:
         self.round_end_reason = self._end_round = None  # the regeneration callback has read round_end()
+        if self.needs_proximal:
+            self.annotate_proximal(self.trainer.train_dataloader.dataset)
+
+    # ---- the proximal policy (correction=decoupled_ppo) ------------------------------------------
+    @property
+    def needs_proximal(self) -> bool:
+        """Whether the correction clips against π_prox (losses.correction.decoupled_ppo)."""
+        return getattr(getattr(self.correction, "func", self.correction), "needs_proximal", False)
+
+    def annotate_proximal(self, served: list[ExperienceRecord]) -> None:
+        """π_prox's log-probs for every record the round serves: the weights at the round's start, before
+        its first optimizer step. A record this very policy version sampled (fresh) takes its behaviour
+        log-probs, μ = π_prox (so decoupled_ppo is ppo_clip on it, exactly); every other record (replayed,
+        stale, loaded) gets a no-grad forward of the current policy (eval mode, the trainer's precision).
+        Every rank computes every record (the same list, in order): an FSDP forward is a collective."""
+        records = list({id(r): r for r in served}.values())
+        version, stale = self.policy_version, []
+        for r in records:
+            fresh = r.served_as == "fresh" and r.provenance.policy_version == version
+            if fresh and r.behaviour_logprobs is not None:
+                r.prox_logprobs = list(r.behaviour_logprobs)
+            else:
+                stale.append(r)
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            for chunk, batch in self.annotation_batches(stale, self.collate):
+                for r, lp in zip(chunk, self.frozen_logprobs(self.policy, batch)):
+                    r.prox_logprobs = lp
+        finally:
+            self.policy.train(was_training)
+        self.proximal_forwards = len(stale)  # records that needed the extra forward this round
 
     def on_train_batch_start(self, batch, batch_idx: int):
         ask = self._end_round is not None
@@ -125,7 +158,8 @@ class RolloutModule(PolicyModule):
                     ) -> tuple[torch.Tensor, dict]:
         """Per-token corrected policy-gradient loss [B, T] (+ β·KL to the reference) and its metrics."""
         mask = batch.completion_mask
-        per_token, metrics = self.correction(logp, batch.behaviour_logprobs, advantages, mask)
+        proximal = {"prox_logprobs": batch.prox_logprobs} if self.needs_proximal else {}
+        per_token, metrics = self.correction(logp, batch.behaviour_logprobs, advantages, mask, **proximal)
         if self.use_reference:
             # Off the completion mask both inputs are 0 (d = 0): a log-prob there, e.g. of the pad after a
             # stop id, which a chat model may put far below the reference's 0 fill, made k3's exp(-d) inf

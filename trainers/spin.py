@@ -85,6 +85,10 @@ class SPINModule(OnlineDPOModule):
         self.serving: dict[str, float] = {}  # the stats of the round being trained on
         self.serving_pairs: list[PreferenceRecord] = []  # and its pairs
 
+    @classmethod
+    def kept_per_group(cls, algorithm) -> tuple[int, str]:
+        return int(algorithm.group_size), "pairs"  # each sample against its demonstration, unless identical
+
     def annotate(self, records: list[ExperienceRecord]) -> list[PreferenceRecord]:
         stops = set(stop_ids(self.policy, self.tokenizer))
         pairs, identical = demonstration_pairs(records, lambda text: encode_completion(self.tokenizer, text),

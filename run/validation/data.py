@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from run.errors import ConfigError
 from run.validation.folders import config_problems, eos_problem, model_eos
+from run.validation.pairing import teacher_tools_problem
 from tasks.base import Example, Task, encode_prompt
 
 CODE_EXEC = "rewards.code_exec.CodeExecReward"
@@ -28,6 +29,9 @@ def check_stage_data(name: str, cfg: DictConfig, task: Task, tokenizers: dict) -
     problems: list[str] = []
     _check_tests(cfg, task, problems)
     _check_heldout(cfg, task, problems)
+    tools = teacher_tools_problem(cfg, task.train)
+    if tools:
+        problems.append(tools)
     tok, context, source, tok_name = plan_tokenizer(cfg, tokenizers)
     found, folder, stated = _folder_problems(cfg, tokenizers)
     problems.extend(found)
@@ -38,7 +42,7 @@ def check_stage_data(name: str, cfg: DictConfig, task: Task, tokenizers: dict) -
         if eos:
             problems.append(eos)
         elif task.chat and not getattr(tok, "chat_template", None):
-            problems.append(f"task.chat=true but {tok_name} has no chat template")
+            problems.append(f"{task.chat_why} but {tok_name} has no chat template")
         elif context:
             _check_lengths(cfg, task, tok, context, source, problems)
     if problems:
@@ -72,6 +76,7 @@ def plan_tokenizer(cfg: DictConfig, cache: dict):
             chain = adapter_chain(path)  # [path], or an adapter folder down to its base model
             tok = load_tokenizer(tokenizer_folder(chain))
             check_vocab(path, tok, config.get("vocab_size"))
+            cache[("vocab", path)] = config.get("vocab_size")  # the embedding's rows (run/validation/harvest_data.py)
             context, source = context_length(config), f"{chain[-1]}/config.json"
             cache[("probe", path)] = (config_problems(config, Path(source)), str(tokenizer_folder(chain)),
                                       model_eos(chain, config))

@@ -71,3 +71,15 @@ def warmup_warning(cfg: DictConfig) -> str | None:
                 f"learning rate never reaches algorithm.optimizer.lr={lr} (at most {steps / warmup:.0%} of it); "
                 f"lower the warmup or raise max_steps")
     return None
+
+
+def cpu_bf16_note(cfg: DictConfig) -> str | None:
+    """trainer.precision=bf16-mixed on a CPU: correct, but CPU autocast is slow (a note, not an error: it is
+    how a GPU config is checked on a laptop)."""
+    if str(raw(cfg, "trainer.precision")) != "bf16-mixed" or raw(cfg, "trainer.accelerator") not in ("cpu", "auto"):
+        return None
+    import torch
+    if raw(cfg, "trainer.accelerator") == "auto" and torch.cuda.is_available():
+        return None
+    return ("trainer.precision=bf16-mixed on a CPU: right, but CPU autocast makes each step several times slower "
+            "than 32-true (7× on a 2-core machine); use it to check a GPU config, not for speed")

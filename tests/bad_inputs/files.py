@@ -23,7 +23,12 @@ CASES: list[Case] = [
     C("not-object", "a line that is not an object", JSONL + ("task.train_path=DIR/t.jsonl",),
       "error: DIR/t.jsonl:3: expected a JSON object, got list", setup=jsonl("t.jsonl", ['["1+1=", "2"]'])),
     C("missing-field", "a line without a prompt", JSONL + ("task.train_path=DIR/t.jsonl",),
-      "error: DIR/t.jsonl:3: missing or empty string field 'prompt'", setup=jsonl("t.jsonl", ['{"answer": "2"}'])),
+      "error: DIR/t.jsonl:3: a row of no dataset format (columns ['answer']); task=jsonl takes prompt-only {prompt} "
+      "or prompt-completion {prompt, completion} rows (see docs/datasets.md)", setup=jsonl("t.jsonl", ['{"answer": "2"}'])),
+    C("chat-prompt-no-template", "a conversational prompt for a model without a chat template",
+      JSONL + ("task.train_path=DIR/t.jsonl",),
+      "error: stage sft: DIR/t.jsonl:3 is a conversational row but model=tiny's character tokenizer has no chat template",
+      setup=jsonl("t.jsonl", ['{"prompt": [{"role": "user", "content": "1+1="}], "completion": "2"}'])),
     C("empty-file", "a file of blank lines", JSONL + ("task.train_path=DIR/t.jsonl",),
       "error: DIR/t.jsonl: no examples", setup=jsonl("t.jsonl", raw=b"\n  \n")),
     C("too-few-lines", "fewer lines than task.num_heldout", ("task=jsonl", "task.train_path=DIR/t.jsonl"),
@@ -62,7 +67,8 @@ CASES: list[Case] = [
     C("conv-bad-json", "a chat line that is not JSON", CONV, CONV_ERR + "DIR/c.jsonl:3: not valid JSON (Expecting value)",
       setup=chats("c.jsonl", ['{"messages": '])),
     C("conv-no-messages", "a chat row without messages", CONV,
-      CONV_ERR + "DIR/c.jsonl:3: no 'messages' list of messages; row has ['prompt']",
+      CONV_ERR + "DIR/c.jsonl:3: a prompt-only row; data=conversations takes language modeling {text} or {messages} or "
+      "prompt-completion {prompt, completion} rows (see docs/datasets.md)",
       setup=chats("c.jsonl", ['{"prompt": "1+1="}'])),
     C("conv-no-content", "a chat message without content", CONV,
       CONV_ERR + "DIR/c.jsonl:3: message 1 (assistant) has no 'content' string",
@@ -80,9 +86,13 @@ CASES: list[Case] = [
       "64 tokens (model.max_position_embeddings)",
       setup=chats("c.jsonl", [json.dumps({"messages": [{"role": "user", "content": "1+" * 30 + "1?"},
                                                        {"role": "assistant", "content": "31"}]})])),
+    C("conv-no-format", "a row of no SFT format (a preference row) for data=conversations", CONV,
+      CONV_ERR + "DIR/c.jsonl:3: a preference row; data=conversations takes language modeling {text} or {messages} or "
+      "prompt-completion {prompt, completion} rows (see docs/datasets.md)",
+      setup=chats("c.jsonl", ['{"prompt": "1+1=", "chosen": "2", "rejected": "3"}'])),
     C("conv-no-path", "data=conversations without data.path", ("algorithm=sft", "data=conversations"),
-      "error: stage sft: data.path=None: data=conversations needs data.path: a chat .jsonl/.parquet file or a "
-      "save_to_disk folder of {\"messages\": [...]} rows"),
+      "error: stage sft: data.path=None: data=conversations needs data.path: a .jsonl/.parquet file or a save_to_disk "
+      "folder of {\"messages\": [...]}, {\"text\": ...} or {\"prompt\", \"completion\"} rows"),
     # ---- preference files: every stage's, read at plan time, before the first stage trains
     C("pref-second-stage-column", "a pair without `rejected` in the second stage's file",
       ("experiment=sft_then_dpo", "++data.path=DIR/p.jsonl"),
@@ -123,7 +133,7 @@ CASES: list[Case] = [
       HF + ("model.name_or_path=acme/absent-model",),
       "error: stage sft: model.name_or_path='acme/absent-model': no such local path, and the Hugging Face cache has "
       "no model 'acme/absent-model' (searched $HF_HUB_CACHE/models--acme--absent-model; HF_HUB_OFFLINE=1: nothing "
-      "is downloaded): fetch it with `huggingface-cli download acme/absent-model`, or let the run download it with "
+      "is downloaded): fetch it with `hf download acme/absent-model`, or let the run download it with "
       "HF_HUB_OFFLINE=0", patches=HUB_CACHE),
     C("no-tokenizer", "a model folder without tokenizer files", HF + ("model.name_or_path=DIR/m",),
       "error: stage sft: DIR/m: no tokenizer files (tokenizer.json, tokenizer.model or vocab.json + merges.txt; the "
@@ -149,7 +159,7 @@ CASES: list[Case] = [
       HF + ("model.name_or_path=DIR/m",),
       "error: stage sft: DIR/m/adapter_config.json base_model_name_or_path='Qwen/Qwen2.5-0.5B': no such local path, "
       "and the Hugging Face cache has no model 'Qwen/Qwen2.5-0.5B' (searched $HF_HUB_CACHE/models--Qwen--Qwen2.5-0.5B; "
-      "HF_HUB_OFFLINE=1: nothing is downloaded): fetch it with `huggingface-cli download Qwen/Qwen2.5-0.5B`, or let "
+      "HF_HUB_OFFLINE=1: nothing is downloaded): fetch it with `hf download Qwen/Qwen2.5-0.5B`, or let "
       "the run download it with HF_HUB_OFFLINE=0", setup=model_folder("m", adapter_of_a_hub_model), patches=HUB_CACHE),
     C("adapter-continue-with-lora", "a second LoRA adapter on one that continues",
       HF + ("model.name_or_path=DIR/m", "model.lora={r: 4, target_modules: all-linear}"),

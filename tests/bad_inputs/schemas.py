@@ -97,6 +97,10 @@ CASES: list[Case] = [
       "warning: stage grpo: algorithm.scheduler.num_warmup_steps=10 is longer than trainer.max_steps=5: the "
       "learning rate never reaches algorithm.optimizer.lr=0.0003 (at most 50% of it); lower the warmup or raise "
       "max_steps", when="plan (warning)"),
+    C("bf16-on-cpu", "bf16-mixed on a CPU (right, and slow)", ("algorithm=sft", "trainer.precision=bf16-mixed"),
+      "warning: stage sft: trainer.precision=bf16-mixed on a CPU: right, but CPU autocast makes each step several "
+      "times slower than 32-true (7× on a 2-core machine); use it to check a GPU config, not for speed",
+      when="plan (warning)"),
     C("store-is-a-file", "data.store naming a file", ("data.store=DIR/f",),
       "error: stage grpo: data.store='DIR/f' is a file, not a directory: the store is a folder of Parquet files "
       "(name a new or existing folder)", setup=a_file),

@@ -167,7 +167,7 @@ CASES: list[Case] = [
       ("algorithm=sft", "push_to_hub.repo_id=me/my-model"),
       "error: stage sft: push_to_hub.repo_id=me/my-model: HF_HUB_OFFLINE=1 (train.py's default) forbids the upload, "
       "which would fail after the training: run with HF_HUB_OFFLINE=0, or drop push_to_hub and upload <run>/policy "
-      "later (huggingface-cli upload me/my-model <run>/policy)"),
+      "later (hf upload me/my-model <run>/policy)"),
     C("env-without-tool-task-demos", "teacher episodes (data=episode_demonstrations) with no environment",
       ("algorithm=sft", "data=episode_demonstrations"),
       "error: stage sft: data=episode_demonstrations plays teacher turns against an environment, and env=none has "

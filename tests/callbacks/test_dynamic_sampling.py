@@ -62,8 +62,8 @@ def test_a_round_refills_until_it_has_its_groups_with_signal():
     assert asked == [4, 4] and len(batches) == 3
     assert sorted({r.group_id for r in chosen}) == [1, 5, 6, 8]
     assert metrics == {"rollout/gen_batches": 3.0, "rollout/dynamic_dropped_groups": 7.0,
-                       "rollout/dynamic_kept_groups": 4.0, "rollout/dynamic_surplus_groups": 1.0,
-                       "rollout/dynamic_no_signal": 0.0}
+                       "rollout/dynamic_kept_groups": 4.0, "rollout/dynamic_kept_records": 8.0,
+                       "rollout/dynamic_surplus_groups": 1.0, "rollout/dynamic_no_signal": 0.0}
     rewards, out, report, _, prompt_tokens = merged(batches)
     assert len(out.completions) == len(rewards) == 24 and sum(map(len, out.completions)) == 72
     assert out.seconds == 3.0 and prompt_tokens == 48 and len(report.scores) == 24

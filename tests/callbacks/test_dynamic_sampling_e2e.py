@@ -54,6 +54,8 @@ def test_groups_with_signal_fill_the_round_with_replay_too(tmp_path):
     generated = sum(float(r["rollout/gen_batches"]) * fresh * 8 for r, fresh in zip(made, planned))
     grpo = json.loads((out / "summary.json").read_text())["grpo"]
     assert grpo["cost/records_generated"] == generated
+    kept = sum(fresh * 8 for fresh in planned)  # the kept groups' records; the rest were filtered out
+    assert grpo["cost/records_filtered"] == generated - kept and grpo["cost/records_dropped"] == 0
 
 
 def test_on_two_ranks_the_loop_and_the_budget_decide_alike(tmp_path):
@@ -75,5 +77,6 @@ def test_on_two_ranks_the_loop_and_the_budget_decide_alike(tmp_path):
                for r in made)
     grpo = json.loads((out / "summary.json").read_text())["grpo"]
     assert grpo["cost/records_generated"] == k * 3 * 64 and grpo["cost/records_used"] == k * 64
+    assert grpo["cost/records_filtered"] == k * 2 * 64  # the 2 batches a round not served: scored, never trained
     assert grpo["train/steps"] == 2 * k
     assert grpo["stop_reason"] == f"budget.generated_tokens ({totals[-1]:,} ≥ 1,500)"

@@ -145,6 +145,7 @@ def test_train_py_end_to_end_logs_the_mix_to_summary_and_csv(tmp_path):
                  "reward=function", "reward.fn._target_=tests.helpers.char_sum_scores", f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[mix] round 1: 4 fresh prompts × 4" in proc.stdout
+    assert "all fresh: nothing servable to replay or harvest yet" in proc.stdout  # words, not a reason code
     summary = json.loads((out / "summary.json").read_text())["grpo"]
     for key in ("mix/fresh_frac", "mix/replay_frac", "mix/harvest_frac", "mix/prompts_skipped",
                 "mix/samples_per_prompt", "mix/reuse_limit", "mix/reason", "mix/fresh_frac_mean"):

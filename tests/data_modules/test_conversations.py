@@ -34,19 +34,38 @@ def turns_by_hand(tok):
             enc("<|im_start|>user\nAnd 4+4?<|im_end|>\n") + head, enc("8<|im_end|>\n"))
 
 
+def replied(reply: list[int]) -> list[int]:
+    """A ChatML reply's mask: its content and <|im_end|> train, the template's "\\n" after it does not."""
+    return [1] * (len(reply) - 1) + [0]
+
+
 def test_loss_mask_marks_exactly_the_assistant_turns(bpe):
     user1, reply1, user2, reply2 = turns_by_hand(bpe)
     r = conversation_record("c.jsonl:1", CHAT, renderer(bpe), False, 0, "dataset")
     assert r.prompt_ids == user1
     assert r.completion_ids == reply1 + user2 + reply2
-    assert r.loss_mask == [1] * len(reply1) + [0] * len(user2) + [1] * len(reply2)
+    assert r.loss_mask == replied(reply1) + [0] * len(user2) + replied(reply2)
     assert bpe.convert_ids_to_tokens(reply2)[-2:] == ["<|im_end|>", "Ċ"]  # the end-of-turn token trains
+
+
+def test_the_newline_after_the_end_of_turn_token_does_not_train(bpe):
+    """Issue 31, item 12: the "\\n" ChatML writes after <|im_end|> is the template's, not the policy's: a
+    policy stops sampling at <|im_end|> (a stop id) and the next turn's header follows. It used to train
+    (mask 1 on every "\\n" that follows an <|im_end|> of a reply); now each reply's trained tokens end at
+    <|im_end|>, as a sampled reply does, and the "\\n" stays in the record, untrained."""
+    r = conversation_record("c.jsonl:1", CHAT, renderer(bpe), False, 0, "dataset")
+    tokens = bpe.convert_ids_to_tokens(r.completion_ids)
+    trained = [t for t, m in zip(tokens, r.loss_mask) if m]
+    assert trained.count("<|im_end|>") == 2 and trained[-1] == "<|im_end|>"
+    after_end = [m for i, m in enumerate(r.loss_mask) if i and tokens[i - 1] == "<|im_end|>"]
+    assert after_end == [0, 0, 0] and [tokens[i] for i in range(1, len(tokens)) if tokens[i - 1] == "<|im_end|>"] \
+        == ["Ċ"] * 3  # reply 1's, user 2's and reply 2's
 
 
 def test_last_turn_only_masks_earlier_assistant_turns(bpe):
     user1, reply1, user2, reply2 = turns_by_hand(bpe)
     r = conversation_record("c.jsonl:1", CHAT, renderer(bpe), True, 0, "dataset")
-    assert r.prompt_ids == user1 + reply1 + user2 and r.completion_ids == reply2 and r.loss_mask == [1] * len(reply2)
+    assert r.prompt_ids == user1 + reply1 + user2 and r.completion_ids == reply2 and r.loss_mask == replied(reply2)
     tail = CHAT + [{"role": "user", "content": "Thanks"}]  # a turn after the last reply trains nothing: dropped
     assert conversation_record("c.jsonl:1", tail, renderer(bpe), False, 0, "dataset").completion_ids == \
         reply1 + user2 + reply2
@@ -82,7 +101,7 @@ def test_tool_calls_and_tool_results_through_the_chat_template_train_only_the_as
     r = conversation_record("c.jsonl:3", TOOL_CHAT, renderer(bpe), False, 0, "dataset")
     assert r.prompt_ids == prompt
     assert r.completion_ids == calls + results + reply
-    assert r.loss_mask == [1] * len(calls) + [0] * len(results) + [1] * len(reply)
+    assert r.loss_mask == replied(calls) + [0] * len(results) + replied(reply)
     assert r.prompt_ids + r.completion_ids == bpe.apply_chat_template(TOOL_CHAT, tokenize=True)["input_ids"]
     trained = bpe.decode([t for t, m in zip(r.completion_ids, r.loss_mask) if m])
     assert '"arguments": {"a": 4, "b": 4}' in trained and "tool_response" not in trained and "8" not in trained.split("5 and")[0]

@@ -164,7 +164,7 @@ def test_bad_paired_row_names_file_and_line(tmp_path, row, message):
 
 
 def test_first_row_without_known_columns_lists_both_forms(tmp_path):
-    with pytest.raises(PreferenceDataError, match=r"bad.jsonl:1: missing columns.*unpaired, KTO"):
+    with pytest.raises(PreferenceDataError, match=r"bad.jsonl:1: a row of no dataset format.*unpaired preference {prompt, completion, label}"):
         data_module(write_jsonl(tmp_path / "bad.jsonl", [{"question": "1+1=", "good": "2"}]))
 
 

@@ -11,7 +11,7 @@ import torch
 
 import models.tokenizer as char_tokenizer
 from data_modules.experience import ExperienceRecord, Provenance
-from data_modules.store import (ExperienceStore, load_experience, record_to_row, row_to_record,
+from data_modules.store import (ExperienceStore, load_experience, record_to_row, round_files, row_to_record,
                                 tokenizer_fingerprint)
 from models.tokenizer import build_char_tokenizer
 from tasks.base import encode_completion, encode_prompt
@@ -158,3 +158,36 @@ def test_wrong_format_version(tmp_path, tok):
     pq.write_table(table.replace_schema_metadata(meta), path)
     with pytest.raises(ValueError, match="round_00000.parquet.*version 999"):
         load_experience(tmp_path, tok, "refuse")
+
+
+# ---------------------------------------------------------------- reuse counts (prov_times_used)
+def counts_on_disk(store_dir) -> list[list[int]]:
+    return [pq.read_table(path).column("prov_times_used").to_pylist() for _, path in round_files(store_dir)]
+
+
+def test_reuse_counts_are_rewritten_as_records_are_served_and_after_a_resume(tmp_path, tok):
+    """Issue 31, item 11: a round is written before it is served, so its column said 0 forever. `sync`
+    rewrites the column of the files whose records were served since; a resumed store (its state_dict, the
+    records found again in the restored buffer's groups) keeps doing it; a file whose records all left the
+    buffer is written a last time, then forgotten."""
+    store = ExperienceStore(tmp_path / "s", tok)
+    r0 = [make(tok, f"{i}+0=", str(i), group_id=i // 2, prov={"times_used": 0}) for i in range(4)]
+    store.write_round(r0, 0)
+    assert counts_on_disk(tmp_path / "s") == [[0, 0, 0, 0]]
+    for r in r0[:3]:
+        r.provenance.times_used += 1
+    assert store.sync(r0) == [tmp_path / "s" / "round_00000.parquet"]
+    assert counts_on_disk(tmp_path / "s") == [[1, 1, 1, 0]] and store.sync(r0) == []  # unchanged: not rewritten
+    assert load_experience(tmp_path / "s", tok)[0].provenance.times_used == 1  # metadata kept: still a store
+    state = store.state_dict()
+    assert state["rows"]["round_00000.parquet"] == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    groups = {0: [dataclasses.replace(r, provenance=dataclasses.replace(r.provenance)) for r in r0[:2]],
+              1: [dataclasses.replace(r, provenance=dataclasses.replace(r.provenance)) for r in r0[2:]]}
+    resumed = ExperienceStore(tmp_path / "s", tok)
+    resumed.load_state_dict(state, groups)
+    groups[1][1].provenance.times_used = 5
+    resumed.sync([r for g in groups.values() for r in g])
+    assert counts_on_disk(tmp_path / "s") == [[1, 1, 1, 5]]
+    groups[0][0].provenance.times_used = 7  # served once more, then evicted: its last count is written
+    resumed.sync([])
+    assert counts_on_disk(tmp_path / "s") == [[7, 1, 1, 5]] and resumed.state_dict()["rows"] == {}

@@ -1,6 +1,6 @@
 """Hub ids through the Hugging Face cache (models/hub.py), offline as train.py runs by default: a cache
 folder laid out by the test (`models--owner--name/refs/main` + `snapshots/<hash>/...`, as
-huggingface-cli download leaves it) stands in for the Hub; nothing touches the network."""
+`hf download` leaves it) stands in for the Hub; nothing touches the network."""
 from __future__ import annotations
 
 import json
@@ -66,7 +66,7 @@ def test_a_missing_model_id_is_refused_at_plan_time_naming_the_cache(cache, tmp_
                           output_dir=tmp_path / "run")
     message = str(info.value)
     for part in ("model.name_or_path='acme/absent'", str(cache / "models--acme--absent"), "HF_HUB_OFFLINE=1",
-                 "huggingface-cli download acme/absent", "HF_HUB_OFFLINE=0"):
+                 "hf download acme/absent", "HF_HUB_OFFLINE=0"):
         assert part in message, part
     assert not (tmp_path / "run").exists()
 
@@ -127,3 +127,17 @@ def test_online_an_id_missing_from_the_cache_is_downloaded_into_it(cache, tmp_pa
     monkeypatch.setattr(huggingface_hub, "snapshot_download", not_found)
     with pytest.raises(ModelFolderError, match=r"model.name_or_path='acme/gone': .*did not download.*404.*login"):
         model_folder("acme/gone", "model.name_or_path", ModelFolderError)
+
+
+@pytest.mark.parametrize("action", ["download", "login", "upload"])
+def test_the_advised_hub_command_is_installed_and_knows_its_subcommand(action):
+    """Every error that tells the user to run a Hub command names one the installed huggingface_hub ships
+    (its `huggingface-cli` is gone from recent releases): the program is on PATH and `--help` of the advised
+    subcommand exits 0."""
+    import shutil
+    import subprocess
+    from models.hub import hub_cli
+    words = hub_cli(action).split()
+    assert shutil.which(words[0]), f"{words[0]} is not on PATH"
+    done = subprocess.run([*words, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-500:]

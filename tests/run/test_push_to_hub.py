@@ -70,7 +70,7 @@ def test_plan_time_checks_of_the_settings(hub, hydra_conf, monkeypatch):
     assert "model.lora.save_merged=true" in merged[0]
     monkeypatch.delenv("HF_TOKEN")
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
-    assert "huggingface-cli login" in push_problems(hydra_conf(["push_to_hub.repo_id=me/x"]))[0]
+    assert "hf auth login" in push_problems(hydra_conf(["push_to_hub.repo_id=me/x"]))[0]
 
 
 def test_a_failed_upload_keeps_the_run(hub, tmp_path, monkeypatch, capsys):
@@ -81,4 +81,4 @@ def test_a_failed_upload_keeps_the_run(hub, tmp_path, monkeypatch, capsys):
     summary = policyshift.train(overrides=SFT + ["push_to_hub.repo_id=me/x"], output_dir=out)
     assert summary["sft"]["train/steps"] == 2 and (out / "policy" / "config.json").is_file()
     err = capsys.readouterr().err
-    assert "push_to_hub: the upload" in err and "403 Forbidden" in err and "huggingface-cli upload me/x" in err
+    assert "push_to_hub: the upload" in err and "403 Forbidden" in err and "hf upload me/x" in err

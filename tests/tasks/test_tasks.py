@@ -105,7 +105,7 @@ def test_jsonl_missing_file_names_the_path(tmp_path):
 @pytest.mark.parametrize("bad_line,words", [
     ('{"prompt": "1+1=", "answer": ', "JSON"),                 # truncated JSON
     ('["1+1=", "2"]', "object"),                                 # not an object
-    ('{"answer": "2"}', "'prompt'"),                             # missing prompt
+    ('{"answer": "2"}', "prompt-only {prompt}"),                  # missing prompt: fits no format
     ('{"prompt": "1+1=", "answer": "   "}', "'answer'"),         # blank answer
     ('{"prompt": "", "answer": "2"}', "'prompt'"),               # empty prompt
     ('{"prompt": "1+1=", "answer": null}', "'answer'"),          # null answer

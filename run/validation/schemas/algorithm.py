@@ -88,6 +88,10 @@ class PPOClip(Node):
     level: Level = None
 
 
+class DecoupledPPO(PPOClip):
+    cap: _bounded((1, None, None, None), "≥ 1: fresh tokens (π_prox = μ) keep their weight") = None
+
+
 class TruncatedIS(Node):
     cap: _bounded((1, None, None, None), "≥ 1: on-policy tokens (ρ = 1) keep their weight") = None
     level: Level = None
@@ -106,4 +110,5 @@ class NoCorrection(Node):
 SCHEMAS = {}
 FALLBACK = Algorithm
 CORRECTIONS = {"losses.correction.ppo_clip": PPOClip, "losses.correction.truncated_is": TruncatedIS,
-               "losses.correction.masked_is": MaskedIS, "losses.correction.no_correction": NoCorrection}
+               "losses.correction.masked_is": MaskedIS, "losses.correction.no_correction": NoCorrection,
+               "losses.correction.decoupled_ppo": DecoupledPPO}
