@@ -177,3 +177,14 @@ def test_the_conversations_example_fits_the_default_model(tmp_path, hydra_conf):
     path.write_text((json.dumps(row) + "\n") * 300)
     with pytest.raises(Exception, match="context"):
         plan_stages(hydra_conf(overrides), overrides)
+
+
+def test_the_readme_lists_every_choice_of_each_config_group():
+    """The README's config groups at a glance name exactly the YAML files of each group it lists."""
+    rows = re.findall(r"^\| `(\w+)` \| (.*) \|$", (ROOT / "README.md").read_text(), re.M)
+    assert len(rows) >= 8
+    for group, cell in rows:
+        folder = ROOT / "conf" / group
+        if folder.is_dir():
+            listed = set(re.findall(r"`(\w+)`", cell.split(": ")[0]))
+            assert listed == {p.stem for p in folder.glob("*.yaml")}, f"README's {group} row: {sorted(listed)}"
