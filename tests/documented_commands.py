@@ -24,6 +24,7 @@ class Documented:
     line: int       # 1-based line of the command's first line
     text: str       # the command as shown (continuations joined, comment dropped)
     args: tuple     # the overrides after train.py
+    env: tuple = ()  # VAR=value words before the command (HF_HUB_OFFLINE=0 python train.py ...)
 
     @property
     def where(self) -> str:
@@ -49,10 +50,11 @@ def _closed(text: str) -> bool:
         return False
 
 
-def _after_entry(text: str) -> list[str]:
+def _after_entry(text: str) -> tuple[list[str], list[str]]:
+    """(the overrides after train.py, the VAR=value words before the command)."""
     words = shlex.split(text)
     i = next(i for i, w in enumerate(words) if w.endswith("train.py") or w == "policyshift")
-    return words[i + 1:]
+    return words[i + 1:], [w for w in words[:i] if re.match(r"^[A-Z_]+=", w)]
 
 
 def commands(pages: list[Path] = PAGES) -> list[Documented]:
@@ -74,7 +76,8 @@ def commands(pages: list[Path] = PAGES) -> list[Documented]:
                     raw = (text.removesuffix("\\").rstrip() if text.endswith("\\") else raw) + " " + lines[i].strip()
                     text = _strip_comment(raw)
                 rel = page.relative_to(ROOT).as_posix()
-                found.append(Documented(rel, start + 1, text, tuple(_after_entry(text))))
+                args, env = _after_entry(text)
+                found.append(Documented(rel, start + 1, text, tuple(args), tuple(env)))
             i += 1
     return found
 
@@ -83,16 +86,18 @@ SWEEP = re.compile(r"^([\w./+~-]+)=([^'\"\[{(]*,[^'\"\[{(]*)$")  # key=a,b,c (no
 DROPPED = ("hydra.", "hydra/", "-m", "--multirun", "resume_allow_changes")
 
 
-def runnable(args: tuple, fixtures: dict[str, str]) -> list[str] | None:
+def runnable(args: tuple, fixtures: dict[str, str]) -> list[str] | str:
     """The overrides a test can plan: a sweep's first job, no launcher or output-folder keys, the user's files
-    and models replaced by `fixtures` (keys: jsonl, prefs, chats, model, store, reward_fn). None: a resume (it needs
-    the run it continues)."""
+    and models replaced by `fixtures` (keys: jsonl, prefs, chats, model, reward_fn). A string: why it cannot be
+    planned alone (it continues a run, or replays the store an earlier command writes)."""
     out = []
     for arg in args:
         if arg in ("-m", "--multirun") or arg.startswith(DROPPED[:2]):
             continue
         if arg == "resume=true":
-            return None
+            return "continues a run (resume=true)"
+        if arg.startswith("data.harvest="):
+            return "replays the experience store an earlier command writes (data.store=...)"
         m = SWEEP.match(arg)
         if m:
             arg = f"{m[1]}={m[2].split(',')[0]}"
@@ -103,8 +108,6 @@ def runnable(args: tuple, fixtures: dict[str, str]) -> list[str] | None:
             arg = f"{key}={fixtures['chats'] if 'data=conversations' in args else fixtures['prefs']}"
         elif key in ("model.name_or_path", "data.synthetic.checkpoint"):
             arg = f"{key}={fixtures['model']}"
-        elif key == "data.harvest":
-            arg = f"{key}={fixtures['store']}"
         elif "name_or_path: " in value:  # a model folder inside a node: reward.model={..., name_or_path: X}
             arg = re.sub(r"name_or_path: [^,}]+", f"name_or_path: {fixtures['model']}", arg)
         elif key == "reward.fn._target_":

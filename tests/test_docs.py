@@ -60,8 +60,7 @@ def fixtures(tmp_path_factory):
     chat = [{"role": "user", "content": "2+3?"}, {"role": "assistant", "content": "5"}]
     (d / "chats.jsonl").write_text("".join(json.dumps({"messages": chat}) + "\n" for _ in range(300)))
     write_qwen_like(d / "model", seed=0, tokenizer="bpe", **(CHAT_MODEL | {"max_position_embeddings": 1024}))
-    (d / "store").mkdir()
-    return {"store": str(d / "store"), "jsonl": str(d / "prompts.jsonl"), "prefs": str(d / "prefs.jsonl"), "chats": str(d / "chats.jsonl"),
+    return {"jsonl": str(d / "prompts.jsonl"), "prefs": str(d / "prefs.jsonl"), "chats": str(d / "chats.jsonl"),
             "model": str(d / "model"), "reward_fn": "tests.helpers.char_sum_scores"}
 
 
@@ -71,11 +70,13 @@ def test_the_pages_show_commands():
 
 
 @pytest.mark.parametrize("doc", DOCUMENTED, ids=lambda c: c.where)
-def test_documented_command_plans(doc, fixtures, hydra_conf):
+def test_documented_command_plans(doc, fixtures, hydra_conf, monkeypatch):
     """The command composes and every stage validates, as train.py plans it before building a model."""
     overrides = runnable(doc.args, fixtures)
-    if overrides is None:
-        pytest.skip(f"{doc.where}: continues a run (resume=true)")
+    if isinstance(overrides, str):
+        pytest.skip(f"{doc.where}: {overrides}")
+    for assignment in doc.env:  # HF_HUB_OFFLINE=0 python train.py ...
+        monkeypatch.setenv(*assignment.split("=", 1))
     try:
         stages = plan_stages(hydra_conf(overrides), overrides)
     except Exception as e:  # noqa: BLE001  (any failure: name the page, the line and the command)
