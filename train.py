@@ -22,6 +22,23 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+CHECKED: list[bool] = []  # the command line was checked (once per process)
+
+
+def check_command_line() -> None:
+    """A wrong command line is one line and exit 1, before torch, Lightning and transformers are imported
+    (run/command_line.py imports Hydra alone): a typo is answered in about two seconds, not thirty."""
+    if CHECKED:
+        return
+    from run.command_line import exit_on_bad_command_line, with_default_data
+    sys.argv[1:] = with_default_data(sys.argv[1:])  # algorithm=dpo alone: its own data's keys apply
+    exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
+    CHECKED.append(True)
+
+
+if __name__ == "__main__":
+    check_command_line()
+
 from hardware.memory import return_large_blocks_to_os  # noqa: E402
 
 return_large_blocks_to_os()  # before any large tensor: freed logit chunks go back to the OS
@@ -39,7 +56,6 @@ from hardware import distributed  # noqa: E402
 from hardware.console import say0  # noqa: E402
 from models.lora import save_policy  # noqa: E402
 from run.checkpointing import RunInterrupted, resume_checkpoint  # noqa: E402
-from run.command_line import exit_on_bad_command_line, with_default_data  # noqa: E402
 from run.errors import exit_with, full_traceback, resume_line, user_error  # noqa: E402
 from run.launch import check_environment, needs_launch, run_ranks, sweep_names  # noqa: E402
 from run.model_card import write_model_card  # noqa: E402
@@ -268,8 +284,7 @@ def finish_wandb() -> None:
 
 def cli() -> None:
     """`python train.py ARGS`, and the `policyshift` console script (pyproject.toml)."""
-    sys.argv[1:] = with_default_data(sys.argv[1:])  # algorithm=dpo alone: its own data's keys apply
-    exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
+    check_command_line()
     main()
 
 

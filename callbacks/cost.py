@@ -14,6 +14,9 @@ generated and dropped); this callback adds the training side and the verdict:
     cost/reward_gain_per_mtok                   (last round's mean reward - first round's) per million
                                                 generated tokens: the learning signal a token bought
     cost/accuracy_gain_per_mtok                 the same with held-out accuracy (after - before)
+    cost/tool_wait_seconds_frac                 with an env: the seconds rounds waited for tools
+                                                (cost/tool_wait_seconds) over those and the generation
+                                                and training seconds
 Per round (at each round's end) the cumulative values are logged, plus cost/round_train_seconds.
 With ranks, each counts its share of every step and each report adds them up (seconds: the slowest).
 """
@@ -49,6 +52,7 @@ class CostLedger(L.Callback):
         self._clock = StepClock(self)
         self._pending = {"seconds": 0.0, "tokens": 0.0, "serves": 0.0, "used": 0.0}  # since the last report
         self.generation: dict = {}  # RegenerateExperience.totals, read at each report
+        self.tool_wait_seconds: float | None = None  # RegenerateExperience.tool_totals' (env set)
         self.reward_first = self.reward_last = None
         self.accuracy_before = self.accuracy_after = None
         self.last: dict[str, float] = {}
@@ -107,6 +111,7 @@ class CostLedger(L.Callback):
         evaluation = find_callback(trainer, "HeldOutEvaluation")
         if regen is not None:
             self.generation = dict(regen.totals)
+            self.tool_wait_seconds = regen.tool_totals.get("tool_wait_seconds") if regen.env is not None else None
             seen = [m for m in regen.reward_means if m == m]
             self.reward_first, self.reward_last = (seen[0], seen[-1]) if seen else (None, None)
         if evaluation is not None and evaluation.before:
@@ -128,6 +133,9 @@ class CostLedger(L.Callback):
         out["cost/usd"] = out["cost/usd_generation"] + out["cost/usd_training"]
         if gen_mtok > 0 and self.reward_first is not None:
             out["cost/reward_gain_per_mtok"] = (self.reward_last - self.reward_first) / gen_mtok
+        if self.tool_wait_seconds is not None:  # tool time against generation and training time
+            total = self.tool_wait_seconds + self.generation.get("generation_seconds", 0.0) + self.train_seconds
+            out["cost/tool_wait_seconds_frac"] = self.tool_wait_seconds / total if total > 0 else 0.0
         if gen_mtok > 0 and self.accuracy_before is not None:
             out["cost/accuracy_gain_per_mtok"] = (self.accuracy_after - self.accuracy_before) / gen_mtok
         return out

@@ -1,6 +1,8 @@
 """One seam for the callbacks that sample (callbacks/regenerate.py, callbacks/evaluate.py): a single turn
 per prompt through the generator (env=none), or multi-turn episodes against the stage's environment
-(envs/rollout.py); and the tool statistics of a round (docs/episodes.md)."""
+(envs/rollout.py); and the tool statistics of a round (docs/episodes.md). Model output cannot make the round
+raise: a turn that does not parse is an `error: ...` observation, a tool's time is bounded by the round's
+`env.round_tool_seconds` (tests/envs/test_tool_trust.py drives the attacks through `run_episodes`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

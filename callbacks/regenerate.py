@@ -45,7 +45,8 @@ class RegenerateExperience(L.Callback):
     def __init__(self, generator: HFGenerator, reward: RewardSource, max_dropped_rounds: int = 3, env=None):
         self.generator, self.reward, self.env = generator, reward, env  # env: a factory (envs/), None: one turn
         self.tool_totals = {"tool_calls": 0.0, "tool_malformed": 0.0, "tool_seconds": 0.0, "episodes": 0.0,
-                            "observation_tokens": 0.0}  # env: the stage's tool statistics (docs/episodes.md)
+                            "observation_tokens": 0.0, "tool_wait_seconds": 0.0, "tool_budget_spent": 0.0,
+                            "special_dropped": 0.0}  # env: the stage's tool statistics (docs/episodes.md)
         self.round_tools: dict[str, float] = {}  # the round's so far (with ranks: this rank's share)
         self.max_dropped_rounds, self.dropped_in_a_row = max_dropped_rounds, 0
         self.last_round: dict[str, float] = {}  # the latest round's rollout metrics
@@ -273,9 +274,10 @@ class RegenerateExperience(L.Callback):
         the round's metrics, the stage's totals and the generated-token count see the whole round."""
         if self.env is None or distributed.world_size() == 1:
             return
-        keys = list(self.tool_totals)
+        keys = [k for k in self.tool_totals if k != "tool_wait_seconds"]  # the ranks wait at once: the slowest's
         summed = distributed.reduce_sum([(self.round_tools or {}).get(k, 0.0) for k in keys])
-        self.round_tools = dict(zip(keys, summed))
+        waited = distributed.reduce_max([(self.round_tools or {}).get("tool_wait_seconds", 0.0)])[0]
+        self.round_tools = dict(zip(keys, summed)) | {"tool_wait_seconds": waited}
 
     def _tool_round(self) -> dict[str, float]:
         """The round's rollout/tool_* metrics and the stage's cost/tool_* totals (env set), then reset."""
@@ -287,7 +289,10 @@ class RegenerateExperience(L.Callback):
         n, t = max(r["episodes"], 1.0), self.tool_totals
         return {"rollout/tool_calls_per_episode": r["tool_calls"] / n, "rollout/tool_malformed": r["tool_malformed"],
                 "rollout/observation_tokens_per_episode": r["observation_tokens"] / n,
-                "cost/tool_seconds": t["tool_seconds"], "cost/tool_calls": t["tool_calls"]}
+                "rollout/tool_budget_spent": r.get("tool_budget_spent", 0.0),  # .get: a checkpoint from before
+                "rollout/special_dropped": r.get("special_dropped", 0.0),
+                "cost/tool_seconds": t["tool_seconds"], "cost/tool_calls": t["tool_calls"],
+                "cost/tool_wait_seconds": t.get("tool_wait_seconds", 0.0)}
 
     def _account(self, trainer, pl_module, prompt_tokens, out, report, rewards, mismatch):
         self._gather_tools()
@@ -352,7 +357,9 @@ class RegenerateExperience(L.Callback):
         return {"rollout/tool_calls_per_episode_mean": t["tool_calls"] / t["episodes"],
                 "rollout/tool_malformed_total": t["tool_malformed"],
                 "rollout/tool_malformed_per_episode_mean": t["tool_malformed"] / t["episodes"],
-                "cost/tool_seconds": t["tool_seconds"], "cost/tool_calls": t["tool_calls"]}
+                "rollout/tool_budget_spent_total": t.get("tool_budget_spent", 0.0),
+                "cost/tool_seconds": t["tool_seconds"], "cost/tool_calls": t["tool_calls"],
+                "cost/tool_wait_seconds": t.get("tool_wait_seconds", 0.0)}
 
     def _reward_stats(self) -> dict:
         return getattr(self.reward, "stats", dict)()

@@ -52,7 +52,8 @@ from data_modules.experience import ExperienceRecord, Provenance
 from data_modules.preference_files import read_rows
 from hardware.console import say0
 from tasks.base import Task, encode_completion
-from tasks.formats import LANGUAGE_MODELING, PROMPT_COMPLETION, Columns, as_messages, row_format, text_or_messages
+from tasks.formats import (LANGUAGE_MODELING, PROMPT_COMPLETION, Columns, as_messages, row_format, text_or_messages,
+                          trained_length)
 from tasks.jsonl import DataFileError
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -201,19 +202,6 @@ class ChatTemplate:
     def __call__(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-
-
-def trained_length(tokenizer: PreTrainedTokenizerBase, body: list[int]) -> int:
-    """How many of an assistant turn's tokens train: up to and including its end-of-turn token (the last
-    special token, e.g. ChatML's <|im_end|>); the whitespace the template writes after it before the next
-    turn (ChatML's "\n") is not trained, since a policy never samples it: generation stops at the end-of-turn
-    token and the next turn's header (the template's generation prompt, `<|im_start|>assistant\n`) follows
-    it. A turn with no special token, or with more than whitespace after its last one, trains whole."""
-    special = set(getattr(tokenizer, "all_special_ids", None) or [])
-    ends = [i for i, t in enumerate(body) if t in special]
-    if not ends or ends[-1] == len(body) - 1:
-        return len(body)
-    return ends[-1] + 1 if not tokenizer.decode(body[ends[-1] + 1:]).strip() else len(body)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from transformers import PreTrainedTokenizerBase
 from data_modules.base import ExperienceDataModule
 from data_modules.experience import ExperienceRecord, Provenance
 from tasks.base import Example, Task, encode_completion, encode_example
-from tasks.formats import PROMPT_COMPLETION, SHAPES, encode_completion_after
+from tasks.formats import PROMPT_COMPLETION, SHAPES, encode_completion_after, trained_length
 from tasks.jsonl import DataFileError
 
 
@@ -29,15 +29,17 @@ class DemonstrationsDataModule(ExperienceDataModule):
         if not shown:
             raise DataFileError(f"{loc}: a prompt-only row: data=demonstrations trains on a completion "
                                 f"({PROMPT_COMPLETION} {SHAPES[PROMPT_COMPLETION]} rows; see docs/datasets.md)")
-        prompt_ids = encode_example(self.tokenizer, ex, self.task.chat)
+        prompt_ids, loss_mask = encode_example(self.tokenizer, ex, self.task.chat), None
         if ex.messages is None and ex.completion_messages is None:
             completion_ids = encode_completion(self.tokenizer, shown)
-        else:  # conversational: the template's own end-of-turn closes the completion
-            completion = ex.completion_messages if "demonstration" not in ex.meta else shown
+        else:  # conversational: the template's own end-of-turn closes the completion; what the template
+            completion = ex.completion_messages if "demonstration" not in ex.meta else shown  # writes after
             completion_ids = encode_completion_after(self.tokenizer, loc, ex.messages or ex.prompt, prompt_ids,
-                                                     completion or shown, DataFileError)
+                                                     completion or shown, DataFileError)  # it does not train,
+            n = trained_length(self.tokenizer, completion_ids)  # as in data=conversations
+            loss_mask = None if n == len(completion_ids) else [1] * n + [0] * (len(completion_ids) - n)
         return ExperienceRecord(
-            prompt_ids=prompt_ids, completion_ids=completion_ids,
+            prompt_ids=prompt_ids, completion_ids=completion_ids, loss_mask=loss_mask,
             provenance=Provenance(source=source, created_step=0,
                                   origin=ex.meta.get("origin", f"{self.task.name}:{index}")),
             group_id=index, prompt_text=ex.prompt, completion_text=shown, answer=ex.answer,

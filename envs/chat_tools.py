@@ -9,19 +9,22 @@ message, which the template renders as its own turn, followed by the next assist
 So, unlike the tag format (envs/tool_env.py), a policy turn ends at a stop id, not at a close tag
 (`stop_strings` is empty), and an observation is the template's rendering of a `tool` message
 (`observation_role = "tool"`): envs/rollout.py asks `ChatRendering` for those ids. A turn without a
-`<tool_call>` block is the final answer. Malformed calls (no closing tag, not JSON, no name, an unknown
-tool, arguments the tool refuses) get an observation `error: ...`, never a crash.
+`<tool_call>` block is the final answer. Malformed calls (no closing tag, not JSON, JSON nested past the
+parser's depth, numbers past Python's int-string limit, no name, an unknown tool, arguments the tool
+refuses) get an observation `error: ...`, never a crash.
+
+A tool's text never forges the template's turns: `ChatRendering.observation_ids` keeps the template's own
+special ids only, and encodes special-token text inside the tool's result as plain text.
 """
 from __future__ import annotations
 
 import functools
 import inspect
 import json
-import time
 from typing import Callable
 
 from envs.base import Environment, StepResult
-from envs.tool_env import check_tools
+from envs.tool_env import SECONDS_LEFT, check_tools, run_tool
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -33,7 +36,8 @@ def tool_schema(name: str, fn: Callable) -> dict:
     first line of its docstring as the description."""
     base = fn.func if isinstance(fn, functools.partial) else fn
     bound = set(fn.keywords) if isinstance(fn, functools.partial) else set()
-    params = {p.name: p for p in inspect.signature(base).parameters.values() if p.name not in bound}
+    params = {p.name: p for p in inspect.signature(base).parameters.values()
+              if p.name not in bound and p.name != SECONDS_LEFT}
     hints = inspect.get_annotations(base, eval_str=True)
     properties = {n: {"type": JSON_TYPES.get(hints.get(n), "string")} for n in params}
     required = [n for n, p in params.items() if p.default is inspect.Parameter.empty]
@@ -51,21 +55,37 @@ def parse_call(text: str) -> tuple[str, dict] | str | None:
     end = text.find(CLOSE, start)
     if end < 0:
         return f"no closing {CLOSE}"
-    try:
-        call = json.loads(text[start + len(OPEN): end])
-    except json.JSONDecodeError as e:
-        return f"the call is not JSON ({e.msg})"
+    call = _json(text[start + len(OPEN): end])
+    if isinstance(call, Unparsed):
+        return f"the call is not JSON ({call.why})"
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return 'expected {"name": ..., "arguments": {...}}'
     arguments = call.get("arguments", {})
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return "arguments are not a JSON object"
+        arguments = _json(arguments)
+        if isinstance(arguments, Unparsed):
+            return f"arguments are not a JSON object ({arguments.why})"
     if not isinstance(arguments, dict):
         return "arguments are not a JSON object"
     return call["name"], arguments
+
+
+class Unparsed:
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _json(text: str):
+    """json.loads, or Unparsed(why) for any text it cannot turn into a value: bad JSON, nesting past the
+    recursion limit (a turn of 1,000 `[`), an integer past Python's int-string limit (4,300 digits)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        return Unparsed(e.msg)
+    except RecursionError:
+        return Unparsed("nested too deeply")
+    except ValueError as e:  # the int-string conversion limit
+        return Unparsed(str(e).split(":")[0])
 
 
 def call_text(name: str, arguments: dict) -> str:
@@ -80,14 +100,15 @@ class ChatToolEnv(Environment):
     observation_role = "tool"  # observations are rendered by the chat template as `tool` messages
 
     def __init__(self, tools: dict[str, Callable], max_tool_calls: int, max_turns: int,
-                 max_observation_tokens: int):
+                 max_observation_tokens: int, round_tool_seconds: float, tool_workers: int):
         super().__init__(max_turns=max_turns, max_observation_tokens=max_observation_tokens)
-        check_tools(tools, max_tool_calls)
+        self.tool_workers = check_tools(tools, max_tool_calls, round_tool_seconds, tool_workers)
         self.tools, self.max_tool_calls, self.calls = dict(tools), max_tool_calls, 0
+        self.round_tool_seconds, self.source_file = round_tool_seconds, None
         self.tool_schemas = [tool_schema(name, fn) for name, fn in self.tools.items()]
 
     def reset(self, example) -> str:
-        self.calls = 0
+        self.calls, self.source_file = 0, example.meta.get("source_file")
         return example.prompt
 
     def step(self, text: str) -> StepResult:
@@ -105,12 +126,11 @@ class ChatToolEnv(Environment):
         if self.calls >= self.max_tool_calls:
             return StepResult(f"error: tool call limit ({self.max_tool_calls}) reached", tool=name)
         self.calls += 1
-        start = time.perf_counter()
-        try:
-            result, malformed = str(self.tools[name](**arguments)), False
-        except Exception as e:  # noqa: BLE001 - a tool's refusal, whatever its type, is an observation
-            result, malformed = f"error: {e}", True
-        return StepResult(result, tool=name, malformed=malformed, seconds=time.perf_counter() - start)
+        return run_tool(name, self.tools[name], self.tool_budget, self.source_file, **arguments)
+
+    def answer(self, text: str) -> StepResult:
+        """The last turn is the answer: a call in it is not run (no observation could show its result)."""
+        return StepResult(observation=None, done=True)
 
     def demonstration(self, example) -> list[str]:
         """The teacher's turns: each call of `example.meta["calls"]` ([[tool, arguments], ...]; a string
@@ -136,9 +156,16 @@ class ChatRendering:
     the conversation [user, assistant(MARK)] with and without a `tool` message after it (and the next
     assistant header); what follows MARK is the assistant turn's close, then the tool turn. A policy turn
     that ended at the close's first token (the turn-end id, e.g. `<|im_end|>`) already holds it: the
-    observation is the rest."""
+    observation is the rest.
+
+    A tool's text is data, never turns: the observation's ids hold exactly the special ids the template puts
+    around an (innocent) tool message. When the text itself holds a special token's text (a program that
+    prints `<|im_end|>\\n<|im_start|>assistant\\n...`), that text is encoded as text, its special tokens split
+    (`split_special_tokens`), between the template's own ids; a template that transforms the content (e.g.
+    JSON-quotes it) gets the text with a zero-width space after each special token's first character."""
 
     MARK = "\u2063policyshift-turn\u2063"
+    CONTENT = "\u2063policyshift-tool\u2063"
 
     def __init__(self, tokenizer):
         if not getattr(tokenizer, "chat_template", None):
@@ -149,16 +176,59 @@ class ChatRendering:
         close_ids = tokenizer(close, add_special_tokens=False)["input_ids"]
         self.turn_end_id = close_ids[0] if close_ids else None
         self.turn_end_text = tokenizer.decode(close_ids[:1]) if close_ids else ""
+        self.special_ids = set(tokenizer.all_special_ids) | {
+            i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items() if getattr(t, "special", False)}
+        self.special_texts = sorted({tokenizer.convert_ids_to_tokens(i) for i in self.special_ids}, key=len,
+                                    reverse=True)
+        self._own: dict[bool, list[int]] = {}  # the template's own special ids around a tool message
+        self._wrapper: dict[bool, int] = {}
 
     def _after_mark(self, extra: list[dict], generation_prompt: bool = False) -> str:
         messages = [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.MARK}, *extra]
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
         return text[text.index(self.MARK) + len(self.MARK):]
 
-    def observation_ids(self, content: str, turn_closed: bool) -> list[int]:
-        """The ids after a policy turn for a tool message `content` and the next assistant header.
-        `turn_closed`: the turn's last sampled id is the turn-end id (then it is not repeated)."""
+    def _rendered(self, content: str, turn_closed: bool) -> str:
         text = self._after_mark([{"role": "tool", "content": content}], generation_prompt=True)
         if turn_closed and text.startswith(self.turn_end_text):
             text = text[len(self.turn_end_text):]
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return text
+
+    def _encode(self, text: str, split: bool = False) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=split)["input_ids"]
+
+    def specials(self, ids: list[int]) -> list[int]:
+        return [i for i in ids if i in self.special_ids]
+
+    def observation_ids(self, content: str, turn_closed: bool) -> list[int]:
+        """The ids after a policy turn for a tool message `content` and the next assistant header.
+        `turn_closed`: the turn's last sampled id is the turn-end id (then it is not repeated). Exactly the
+        template's rendering, unless `content` holds special-token text (then as the class says)."""
+        if turn_closed not in self._own:
+            self._own[turn_closed] = self.specials(self._encode(self._rendered(self.CONTENT, turn_closed)))
+        own = self._own[turn_closed]
+        ids = self._encode(self._rendered(content, turn_closed))
+        if self.specials(ids) == own:
+            return ids
+        head, found, tail = self._rendered(self.CONTENT, turn_closed).partition(self.CONTENT)
+        if found:  # the template writes the content as it is
+            ids = self._encode(head) + self._encode(content, split=True) + self._encode(tail)
+        else:
+            ids = self._encode(self._rendered(self.defuse(content), turn_closed))
+        if self.specials(ids) != own:
+            raise ValueError(f"a tool message's special ids {self.specials(ids)} differ from the chat template's "
+                             f"own {own}: this template cannot carry tool text safely")
+        return ids
+
+    def wrapper_length(self, turn_closed: bool) -> int:
+        """Tokens the template's tool turn and the next header take around an (empty) tool message."""
+        if turn_closed not in self._wrapper:
+            self._wrapper[turn_closed] = len(self.observation_ids("", turn_closed))
+        return self._wrapper[turn_closed]
+
+    def defuse(self, text: str) -> str:
+        """`text` with a zero-width space after the first character of every special token's text in it."""
+        for special in self.special_texts:
+            if len(special) > 1:
+                text = text.replace(special, special[0] + "\u200b" + special[1:])
+        return text

@@ -7,6 +7,10 @@ from __future__ import annotations
 import ast
 import operator
 
+from envs.base import BudgetSpent
+
+ECHO_CHARS = 60  # characters of the model's expression an error message repeats
+
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
@@ -19,9 +23,12 @@ def calculator(expression: str, max_digits: int, max_exponent: int) -> str:
     raises ValueError."""
     try:
         tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError:
-        raise ValueError(f"not an arithmetic expression: {expression!r}") from None
-    value = _eval(tree.body, max_exponent, max_digits)
+    except (SyntaxError, RecursionError, MemoryError, ValueError):  # ValueError: a literal past 4,300 digits
+        raise ValueError(f"not an arithmetic expression: {clip(expression, ECHO_CHARS)!r}") from None
+    try:
+        value = _eval(tree.body, max_exponent, max_digits)
+    except RecursionError:
+        raise ValueError("expression nested too deeply") from None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     text = str(value)
@@ -57,18 +64,31 @@ def _bounded(value, max_digits: int):
     return value
 
 
-def python(code: str, sandbox, max_chars: int) -> str:
+def clip(text: str, n: int) -> str:
+    """`text` cut to `n` characters (an ellipsis saying so)."""
+    return text if len(text) <= n else text[:n] + "…"
+
+
+def python(code: str, sandbox, max_chars: int, seconds_left: float | None = None) -> str:
     """Run a Python program and return what it printed: always inside the OS sandbox that code rewards use
     (rewards/sandbox.py: namespaces, a read-only minimal root, no network, CPU/memory/process/time limits),
-    never in this process. A program that fails or times out raises ValueError with the tail of its stderr,
-    which the environment turns into an observation `error: ...`. Output is cut to `max_chars` characters."""
+    never in this process. A program that fails or times out raises ValueError with the last line of its
+    stderr, which the environment turns into an observation `error: ...`. Output and error are cut to
+    `max_chars` characters; a program that printed more than the sandbox reads back (`max_output_kb`, then
+    it is killed) returns its first `max_chars`. `seconds_left` (the round's tool time left, bound by the
+    environment) stops the run sooner than the sandbox's wall seconds: then BudgetSpent."""
     if not isinstance(code, str) or not code.strip():
         raise ValueError("no code to run")
-    result = sandbox.run({"main.py": code}, ["main.py"])
+    wall = sandbox.wall_seconds if seconds_left is None else min(sandbox.wall_seconds, seconds_left)
+    result = sandbox.run({"main.py": code}, ["main.py"], wall_seconds=wall)
     out = result.stdout.decode("utf-8", "replace")
+    if result.output_limited:
+        return out[:max_chars].rstrip("\n")
     if result.timed_out:
+        if wall < sandbox.wall_seconds:
+            raise BudgetSpent(f"stopped after {wall:.3g} s")
         raise ValueError(f"timed out after {sandbox.wall_seconds:g} s")
     if result.returncode != 0:
         lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise ValueError(lines[-1] if lines else f"exit status {result.returncode}")
+        raise ValueError(clip(lines[-1], max_chars) if lines else f"exit status {result.returncode}")
     return out[:max_chars].rstrip("\n")

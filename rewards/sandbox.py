@@ -70,9 +70,13 @@ def default_python() -> str:
 class Sandbox:
     def __init__(self, backend: str, allow_weak: bool, python: str | None, cpu_seconds: float,
                  memory_mb: int, max_processes: int, max_file_mb: int, tmpfs_mb: int,
-                 wall_seconds: float, max_output_kb: int, protect: list[str | None] | None = None):
+                 wall_seconds: float, max_output_kb: int, protect: list[str | None] | None = None,
+                 key: str = "reward.sandbox", weak_key: str = "reward.allow_weak_sandbox"):
+        """`key`: where this sandbox's node is in the config, `weak_key`: the key that accepts rlimits only;
+        the refusals name them (reward=code_exec's by default; conf/env/chat_python.yaml names its own)."""
+        self.key, self.weak_key = key, weak_key
         if backend not in ("auto",) + BACKENDS:
-            raise ValueError(f"reward.sandbox.backend={backend!r}: choose auto, {', '.join(BACKENDS)}")
+            raise ValueError(f"{key}.backend={backend!r}: choose auto, {', '.join(BACKENDS)}")
         self.python = python or default_python()
         self.cpu_seconds, self.memory_mb, self.max_processes = cpu_seconds, memory_mb, max_processes
         self.max_file_mb, self.tmpfs_mb, self.wall_seconds = max_file_mb, tmpfs_mb, wall_seconds
@@ -94,16 +98,16 @@ class Sandbox:
                 self._refuse_if_exposed()
                 return name
         if wanted not in ("auto", "rlimits"):
-            raise SandboxUnavailable(f"reward.sandbox.backend={wanted} does not work here: {why[wanted]}")
+            raise SandboxUnavailable(f"{self.key}.backend={wanted} does not work here: {why[wanted]}")
         if allow_weak:
             return "rlimits"
-        lead = ("reward.sandbox.backend=rlimits isolates nothing" if wanted == "rlimits" else
+        lead = (f"{self.key}.backend=rlimits isolates nothing" if wanted == "rlimits" else
                 f"no sandbox with isolation beyond rlimits works here "
                 f"({'; '.join(f'{k}: {v}' for k, v in why.items())}); install bubblewrap "
                 "(apt-get install -y bubblewrap) or allow unprivileged user namespaces")
         raise SandboxUnavailable(
             f"{lead}. Model-written code would run with only resource limits: refusing to start. Set "
-            "reward.allow_weak_sandbox=true to accept that (never on a machine with secrets).")
+            f"{self.weak_key}=true to accept that (never on a machine with secrets).")
 
     def _refuse_if_exposed(self, paths: list[str] | None = None) -> None:
         try:
@@ -119,10 +123,12 @@ class Sandbox:
             self._checked.add(path)
 
     # ------------------------------------------------------------------ running
-    def run(self, files: dict[str, str], argv: list[str], idle_seconds: float | None = None) -> RunResult:
+    def run(self, files: dict[str, str], argv: list[str], idle_seconds: float | None = None,
+            wall_seconds: float | None = None) -> RunResult:
         """Write `files` to a fresh read-only dir (/harness inside) and run `python -I -S /harness/argv[0]
-        argv[1:]` in it, killed after `wall_seconds`, or once its stdout has been silent for `idle_seconds`
-        after its first output. Never raises for anything the program does; the temp dir is removed
+        argv[1:]` in it, killed after `wall_seconds` (the sandbox's, or this run's when smaller: a tool call
+        near the end of its round's budget), or once its stdout has been silent for `idle_seconds` after its
+        first output. Never raises for anything the program does; the temp dir is removed
         (by the next start if this process is killed meanwhile)."""
         token = uuid.uuid4().hex
         if self.backend == "unshare":
@@ -138,7 +144,8 @@ class Sandbox:
             for p in (root, code, *code.iterdir()):
                 p.chmod(0o755 if p.is_dir() else 0o644)
             cmd, cwd = self._command(root, code, [argv[0], *argv[1:], token], uid)
-            return self._execute(cmd, cwd, token, str(root), uid, group, idle_seconds)
+            wall = self.wall_seconds if wall_seconds is None else min(self.wall_seconds, wall_seconds)
+            return self._execute(cmd, cwd, token, str(root), uid, group, idle_seconds, wall)
         finally:
             shutil.rmtree(root, ignore_errors=True)
             if group is not None:
@@ -172,7 +179,7 @@ class Sandbox:
                 "--nofile=64", "--core=0", "--"]
 
     def _execute(self, cmd: list[str], cwd: str, token: str, root: str, uid: int | None,
-                 group: Path | None, idle: float | None) -> RunResult:
+                 group: Path | None, idle: float | None, wall: float) -> RunResult:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -180,7 +187,7 @@ class Sandbox:
                                     preexec_fn=functools.partial(enter_run, group, uid))
         except (OSError, subprocess.SubprocessError) as e:  # e.g. a tool vanished: this run did not start
             return RunResult(b"", f"{type(e).__name__}: {e}".encode(), None, 0.0, False, False, token, root)
-        out, err, timed_out, limited, stalled = read_bounded(proc, start + self.wall_seconds, self.max_output,
+        out, err, timed_out, limited, stalled = read_bounded(proc, start + wall, self.max_output,
                                                              idle)
         kill_tree(proc)
         return RunResult(out, err, proc.returncode, time.monotonic() - start, timed_out, limited, token, root,

@@ -18,7 +18,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from run.errors import did_you_mean, full_traceback, nearest
-from run.overrides import dotted_keys, has_key
+from run.overrides import dotted_keys, foreign_hint, has_key
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 OWN_CONFIG_FLAGS = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--help", "-h",
@@ -77,8 +77,7 @@ def command_line_problem(args: list[str], conf_dir: Path = CONF_DIR, config_name
         return problem
     with _hydra(conf_dir):
         try:
-            compose(config_name, overrides=[t for t, _ in parsed])
-            return None
+            return _empty_mapping_problem(parsed, compose(config_name, overrides=[t for t, _ in parsed]))
         except Exception:  # noqa: BLE001 - find which override Hydra refused
             pass
         groups = [t for t, ov in parsed if _is_group(ov, conf_dir)]
@@ -87,6 +86,24 @@ def command_line_problem(args: list[str], conf_dir: Path = CONF_DIR, config_name
         except Exception:  # noqa: BLE001 - Hydra's own message covers it
             return None
     return _key_problem(parsed, base, conf_dir)
+
+
+def _empty_mapping_problem(parsed, cfg: DictConfig) -> str | None:
+    """`env.tools={}`: Hydra merges a mapping into the node, so {} changes nothing and the run keeps every
+    entry it had, silently."""
+    for text, ov in parsed:
+        if ov.is_delete() or _is_group_key(ov.key_or_group) or ov.value() != {}:
+            continue
+        node = OmegaConf.select(cfg, ov.key_or_group, default=None, throw_on_resolution_failure=False)
+        if isinstance(node, DictConfig) and len(node):
+            keys = [str(k) for k in node.keys()]
+            return (f"{text}: {{}} is merged into `{ov.key_or_group}`, which keeps {', '.join(keys)}: nothing changes; "
+                    f"remove an entry with ~{ov.key_or_group}.{keys[0]}")
+    return None
+
+
+def _is_group_key(key: str) -> bool:
+    return "." not in key and (CONF_DIR / key).is_dir()
 
 
 def _overrides(args: list[str]) -> list[str] | None:
@@ -117,16 +134,17 @@ def _is_group(ov, conf_dir: Path) -> bool:
 
 
 def _added_typo_problem(parsed, conf_dir: Path, config_name: str) -> str | None:
-    """`+algoritm=grpo`: '+' adds any new top-level key, so a group's or a key's typo would be added and
-    read by nothing (exit 0). A new top-level name close to an existing one is refused, naming it."""
+    """`+typo=1`, `+learning_rate=1e-5`: '+' (or '++') adds any new top-level key, and no run reads a key the
+    config does not have (exit 0, the setting silently ignored). Refused, naming the nearest group or key,
+    or the key that means it here for a name from TRL."""
     known = {p.name for p in conf_dir.iterdir() if p.is_dir()}
     known |= {str(k) for k in OmegaConf.load(conf_dir / f"{config_name}.yaml").keys()} - {"defaults", "hydra"}
     for text, ov in parsed:
         head = ov.key_or_group.split(".")[0].split("/")[0]
-        near = nearest(head, known, cutoff=0.8) if ov.is_add() and head not in known else None
-        if near:
-            return (f"{text}: the config has no `{head}`, so '+' would add it and nothing would read it; "
-                    f"did you mean `{near}`?")
+        if (ov.is_add() or ov.is_force_add()) and head not in known:
+            near = nearest(head, known, cutoff=0.8)
+            hint = f"; did you mean `{near}`?" if near else foreign_hint(ov.key_or_group)
+            return f"{text}: the config has no `{head}`, so '+' would add it and nothing would read it{hint}"
     return None
 
 
@@ -179,8 +197,17 @@ def _key_problem(parsed, base: DictConfig, conf_dir: Path) -> str | None:
         leaves += _keys_in_choices(conf_dir, group, rest.rpartition(".")[0]) if leaves else []
         full = [k for k in dotted_keys(base) if not k.startswith("hydra")]
         what = "to delete" if ov.is_delete() else ""
-        return f"{text}: no `{key}` in the config{' ' + what if what else ''}{did_you_mean(key, leaves, full)}"
+        hint = foreign_hint(key) or _group_hint(key, ov, conf_dir) or did_you_mean(key, leaves, full)
+        return f"{text}: no `{key}` in the config{' ' + what if what else ''}{hint}"
     return None
+
+
+def _group_hint(key: str, ov, conf_dir: Path) -> str:
+    """'; did you mean experiment=quickstart?' for a misspelled group name (`experimnt=quickstart`)."""
+    if "." in key:
+        return ""
+    near = nearest(key, [p.name for p in conf_dir.iterdir() if p.is_dir() and p.name != "hydra"], cutoff=0.75)
+    return f"; did you mean {near}={ov.get_value_element_as_str()}?" if near else ""
 
 
 def _keys_in_choices(conf_dir: Path, group: str, parent: str) -> list[str]:

@@ -6,6 +6,9 @@ key, file and line at fault; the traceback above them only hides that. An error 
 its checkpoint was written (run/checkpointing.py sets the exception's `checkpoint`) adds one line: the
 checkpoint and the command that continues from it. `HYDRA_FULL_ERROR=1` brings the traceback back
 (re-raised as Hydra would). Anything else (a bug) keeps Hydra's usual report.
+
+This module imports nothing heavy at its top (the command line is checked with it before torch is
+imported: run/command_line.py); the project's error classes are imported when an error is looked at.
 """
 from __future__ import annotations
 
@@ -15,14 +18,6 @@ import sys
 from pathlib import Path
 from typing import Iterable, NoReturn
 
-from callbacks.regenerate import DroppedRoundsError
-from data_modules.preference_files import PreferenceDataError
-from data_modules.store_checks import StoreDataError
-from models.hf_checks import ModelFolderError
-from rewards.sandbox import SandboxUnavailable
-from run.checkpointing import CheckpointWriteError
-from tasks.jsonl import DataFileError
-from trainers.base import NonFiniteLossError
 
 
 class ConfigError(ValueError):
@@ -33,15 +28,25 @@ class ConfigError(ValueError):
         self.problems, self.where = list(problems or []), where
 
 
-USER_ERRORS = (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
-               NonFiniteLossError, CheckpointWriteError, DroppedRoundsError, StoreDataError)
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The project's own error classes (imported here, not at the top: see the module's docstring)."""
+    from callbacks.regenerate import DroppedRoundsError
+    from data_modules.preference_files import PreferenceDataError
+    from data_modules.store_checks import StoreDataError
+    from models.hf_checks import ModelFolderError
+    from rewards.sandbox import SandboxUnavailable
+    from run.checkpointing import CheckpointWriteError
+    from tasks.jsonl import DataFileError
+    from trainers.base import NonFiniteLossError
+    return (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
+            NonFiniteLossError, CheckpointWriteError, DroppedRoundsError, StoreDataError)
 
 
 def user_error(exc: BaseException) -> BaseException | None:
     """`exc`, or the project error it wraps (Hydra's InstantiationException keeps it as __cause__)."""
-    seen = 0
+    seen, errors = 0, user_errors()
     while exc is not None and seen < 5:
-        if isinstance(exc, USER_ERRORS):
+        if isinstance(exc, errors):
             return exc
         exc, seen = exc.__cause__, seen + 1
     return None

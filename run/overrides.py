@@ -17,6 +17,19 @@ from omegaconf import DictConfig, OmegaConf
 
 from run.errors import did_you_mean
 
+# names users bring from TRL / transformers' TrainingArguments (the leaf of a key), and the key that means it here
+FOREIGN = {"learning_rate": "algorithm.optimizer.lr", "lr": "algorithm.optimizer.lr",
+           "num_train_epochs": "trainer.max_epochs", "max_steps": "trainer.max_steps",
+           "per_device_train_batch_size": "data.micro_batch_size",
+           "gradient_accumulation_steps": "data.batch_size (records per optimizer step; data.micro_batch_size per "
+                                          "forward pass)",
+           "beta": "algorithm.beta", "num_generations": "algorithm.group_size",
+           "max_completion_length": "generator.max_new_tokens", "max_new_tokens": "generator.max_new_tokens",
+           "temperature": "generator.temperature", "num_iterations": "algorithm.epochs_per_round",
+           "warmup_steps": "algorithm.scheduler.num_warmup_steps", "weight_decay": "algorithm.optimizer.weight_decay",
+           "max_grad_norm": "algorithm.max_grad_norm", "logging_steps": "trainer.log_every_n_steps",
+           "model_name_or_path": "model.name_or_path", "output_dir": "hydra.run.dir", "report_to": "logger",
+           "group_size": "algorithm.group_size", "batch_size": "data.batch_size"}
 KWARGS_NODES = {"trainer": "lightning.Trainer"}  # nodes without _target_ passed as **kwargs to these
 HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 
@@ -69,6 +82,16 @@ def takes(cfg: DictConfig, key: str) -> bool | None:
     return None if params is None else param in params
 
 
+def foreign_hint(key: str) -> str:
+    """'; did you mean `algorithm.optimizer.lr`? (`learning_rate` is TRL's name)' for a key whose leaf is a
+    name from TRL / transformers that this config spells another way; '' otherwise."""
+    parent, _, leaf = key.rpartition(".")
+    here = FOREIGN.get(leaf)
+    if here is None or (parent and here.split(" ")[0].endswith("." + leaf)):  # `algoritm.beta`: the node is misspelled
+        return ""
+    return f"; did you mean `{here.split(' ')[0]}`{here[len(here.split(' ')[0]):]}? (`{leaf}` is TRL's name)"
+
+
 def has_key(cfg: DictConfig, key: str) -> bool:
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None, throw_on_resolution_failure=False) if parent else cfg
@@ -90,7 +113,7 @@ def unmatched_problem(text: str, ov, stages: list[tuple[str, DictConfig]]) -> st
             leaves |= {k for k in node.keys() if k not in HYDRA_KEYS}
             leaves |= set(accepted_params(target) or ()) if target else set()
         full |= set(dotted_keys(cfg))
-    hint = did_you_mean(key, leaves, full)
+    hint = foreign_hint(key) or did_you_mean(key, leaves, full)
     names = ", ".join(n for n, _ in stages)
     if ov.is_add() or ov.is_force_add():
         targets = sorted({t for _, c in stages for _, _, t in [owner(c, key)] if t})

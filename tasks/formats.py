@@ -144,3 +144,16 @@ def encode_completion_after(tokenizer: PreTrainedTokenizerBase, loc: str, prompt
         raise error(f"{loc}: the chat template does not render the completion as a continuation of the prompt; "
                     f"cannot split prompt and completion")
     return full[len(prompt_ids):]
+
+
+def trained_length(tokenizer: PreTrainedTokenizerBase, body: list[int]) -> int:
+    """How many of an assistant turn's tokens train: up to and including its end-of-turn token (the last
+    special token, e.g. ChatML's <|im_end|>); the whitespace the template writes after it before the next
+    turn (ChatML's "\n") is not trained, since a policy never samples it: generation stops at the end-of-turn
+    token and the next turn's header (the template's generation prompt, `<|im_start|>assistant\n`) follows
+    it. A turn with no special token, or with more than whitespace after its last one, trains whole."""
+    special = set(getattr(tokenizer, "all_special_ids", None) or [])
+    ends = [i for i, t in enumerate(body) if t in special]
+    if not ends or ends[-1] == len(body) - 1:
+        return len(body)
+    return ends[-1] + 1 if not tokenizer.decode(body[ends[-1] + 1:]).strip() else len(body)

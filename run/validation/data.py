@@ -45,6 +45,8 @@ def check_stage_data(name: str, cfg: DictConfig, task: Task, tokenizers: dict) -
             problems.append(f"{task.chat_why} but {tok_name} has no chat template")
         elif context:
             _check_lengths(cfg, task, tok, context, source, problems)
+        _check_chat_env(cfg, tok, tok_name, problems)
+        _check_top_k(cfg, tokenizers.get(("vocab", tok_name), len(tok)), tok_name, problems)
     if problems:
         raise ConfigError(f"invalid data for stage {name!r}:\n  - " + "\n  - ".join(problems),
                           problems=problems, where=f"stage {name}")
@@ -84,8 +86,27 @@ def plan_tokenizer(cfg: DictConfig, cache: dict):
             if limit and limit < 10**8 and (context is None or limit < context):
                 context, source = limit, f"the model_max_length of {path}'s tokenizer"
             cache[path] = (tok, context, source, f"the tokenizer of {path}")
+            cache[("vocab", f"the tokenizer of {path}")] = max(len(tok), config.get("vocab_size") or 0)
         return cache[path]
     return None, None, None, None
+
+
+def _check_chat_env(cfg: DictConfig, tok, tok_name: str, problems: list[str]) -> None:
+    """A chat tool environment (envs.chat_tools.ChatToolEnv) renders tools and tool results with the
+    tokenizer's chat template: without one, every episode would fail once the stage has started."""
+    target = OmegaConf.select(cfg, "env._target_", default=None)
+    if target == "envs.chat_tools.ChatToolEnv" and not getattr(tok, "chat_template", None):
+        problems.append(f"env._target_={target} (env=chat_calculator, chat_python) needs a tokenizer with a chat "
+                        f"template and {tok_name} has none: use model=hf with a chat model, or env=calculator "
+                        f"(tool calls in tags)")
+
+
+def _check_top_k(cfg: DictConfig, vocab: int, tok_name: str, problems: list[str]) -> None:
+    """generator.top_k keeps the k most likely tokens; k above the vocabulary names tokens that do not exist."""
+    top_k = OmegaConf.select(cfg, "generator.top_k", default=None)
+    if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > vocab:
+        problems.append(f"generator.top_k={top_k} is above the vocabulary of {vocab:,} tokens ({tok_name}): use "
+                        f"a top_k ≤ {vocab:,}, or 0 (off)")
 
 
 def _decodes_task(cfg) -> bool:

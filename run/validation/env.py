@@ -27,8 +27,23 @@ def check_env(cfg: DictConfig, errors: list[str]) -> None:
     if generator not in EPISODE_GENERATORS:
         errors.append(f"env={target} needs generator=hf or generator=vllm: multi-turn episodes are sampled by "
                       f"those engines only (generator._target_={generator})")
+    _check_tags(cfg, errors)
     algorithm = raw(cfg, "algorithm._target_")
     if algorithm not in EPISODE_TRAINERS:
         errors.append(f"env={target} with algorithm={raw(cfg, 'algorithm.name')}: episodes train with the GRPO "
                       f"family (grpo, dr_grpo, rloo, reinforce_pp) or serve SFT data and held-out evaluation; "
                       f"use env=none for this stage")
+
+
+def _check_tags(cfg: DictConfig, errors: list[str]) -> None:
+    """env.format (the tag format): a turn stops at the close tag and a call is found by its open tag, so the
+    two must differ, and the separator must be neither (each a non-empty string: the schema)."""
+    tags = {k: raw(cfg, f"env.format.{k}") for k in ("open", "close", "separator")}
+    if not all(isinstance(v, str) and v for v in tags.values()):
+        return
+    if tags["open"] == tags["close"]:
+        errors.append(f"env.format.close={tags['close']!r} equals env.format.open: the policy's turn stops at the "
+                      f"close tag, so a call's arguments could never be read; use distinct tags (<tool>, </tool>)")
+    elif tags["separator"] in (tags["open"], tags["close"]):
+        errors.append(f"env.format.separator={tags['separator']!r} equals a tag (env.format.open/close): use a "
+                      f"separator of its own (:)")

@@ -51,6 +51,7 @@ def check_model_shape(cfg: DictConfig, errors: list[str]) -> None:
 MIXED = "model.dtype=float32 trainer.precision=bf16-mixed"
 LOW_PRECISION_WEIGHTS = ("bfloat16", "float16")
 TRUE_LOW_PRECISION = ("bf16-true", "16-true")
+FP16_MIXED = ("16-mixed", "16")
 
 
 def check_precision(cfg: DictConfig, errors: list[str]) -> None:
@@ -66,11 +67,20 @@ def check_precision(cfg: DictConfig, errors: list[str]) -> None:
     if str(precision) in TRUE_LOW_PRECISION:
         errors.append(f"trainer.precision={precision} casts the trainable weights to 16 bits (small updates round "
                       f"away): use {MIXED}")
+    if str(precision) in FP16_MIXED and _on_cpu(raw(cfg, "trainer.accelerator")):
+        errors.append(f"trainer.precision={precision} on a CPU: fp16 autocast with loss scaling runs on CUDA GPUs "
+                      f"only (Lightning refuses it once the model is built); use trainer.precision=bf16-mixed "
+                      f"(bf16 CPU autocast) or 32-true")
     target = raw(cfg, "trainer.strategy._target_")
     fsdp = isinstance(target, str) and target.endswith("ModelParallelStrategy")
     if fsdp and str(precision) in ("16-mixed", "16"):
         errors.append(f"hardware=fsdp with trainer.precision={precision}: Lightning's ModelParallelStrategy has no "
                       f"fp16 loss scaling; use trainer.precision=bf16-mixed")
+
+
+def _on_cpu(accelerator) -> bool:
+    """Whether the stage trains on the CPU: accelerator=cpu, or auto with no CUDA GPU visible."""
+    return accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
 
 
 def _skeleton(node: DictConfig):

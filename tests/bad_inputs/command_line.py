@@ -40,6 +40,39 @@ CASES: list[Case] = [
     C("delete-missing", "deleting a key that is not there", ("~data.max_exampels",),
       "error: ~data.max_exampels: no `data.max_exampels` in the config to delete; did you mean `data.max_examples`?",
       when="command line"),
+    # ---- keys no run reads (issue 34): refused before anything is imported, naming the key that means it here
+    C("plus-typo", "an added top-level key with no near match (ran the whole quickstart)", ("+typo=1",),
+      "error: +typo=1: the config has no `typo`, so '+' would add it and nothing would read it", when="command line"),
+    C("plus-trl-learning-rate", "TRL's learning_rate added with '+' (trained at the default rate, exit 0)",
+      ("+learning_rate=1e-5",),
+      "error: +learning_rate=1e-5: the config has no `learning_rate`, so '+' would add it and nothing would read it; "
+      "did you mean `algorithm.optimizer.lr`? (`learning_rate` is TRL's name)", when="command line"),
+    C("trl-learning-rate", "TRL's learning_rate", ("learning_rate=1e-5",),
+      "error: learning_rate=1e-5: no `learning_rate` in the config; did you mean `algorithm.optimizer.lr`? "
+      "(`learning_rate` is TRL's name)", when="command line"),
+    C("trl-num-train-epochs", "TRL's num_train_epochs", ("num_train_epochs=3",),
+      "error: num_train_epochs=3: no `num_train_epochs` in the config; did you mean `trainer.max_epochs`? "
+      "(`num_train_epochs` is TRL's name)", when="command line"),
+    C("trl-per-device-batch", "TRL's per_device_train_batch_size", ("per_device_train_batch_size=4",),
+      "error: per_device_train_batch_size=4: no `per_device_train_batch_size` in the config; did you mean "
+      "`data.micro_batch_size`? (`per_device_train_batch_size` is TRL's name)", when="command line"),
+    C("trl-beta", "TRL's beta at the top level", ("beta=0.1",),
+      "error: beta=0.1: no `beta` in the config; did you mean `algorithm.beta`? (`beta` is TRL's name)",
+      when="command line"),
+    C("trl-num-generations", "TRL's num_generations", ("num_generations=4",),
+      "error: num_generations=4: no `num_generations` in the config; did you mean `algorithm.group_size`? "
+      "(`num_generations` is TRL's name)", when="command line"),
+    C("trl-max-completion-length", "TRL's max_completion_length", ("max_completion_length=64",),
+      "error: max_completion_length=64: no `max_completion_length` in the config; did you mean "
+      "`generator.max_new_tokens`? (`max_completion_length` is TRL's name)", when="command line"),
+    C("group-name-typo", "a misspelled group name", ("experimnt=quickstart",),
+      "error: experimnt=quickstart: no `experimnt` in the config; did you mean experiment=quickstart?",
+      when="command line"),
+    C("plus-algorithm-trl-name", "TRL's name added to the algorithm's node", ("+algorithm.learning_rate=1e-5",),
+      "error: +algorithm.learning_rate=1e-5: trainers.grpo.GRPOModule, trainers.sft.SFTModule take(s) no "
+      "`learning_rate` (stages: sft, grpo); did you mean `algorithm.optimizer.lr`? (`learning_rate` is TRL's name)"),
+    C("plus-key-in-closed-node", "a key added to a node no code reads it from", ("+cost.note=1",),
+      "error: stage sft: cost.note: cost has no key `note` (its keys: usd_per_mtok_generated, usd_per_mtok_trained)"),
     # ---- keys routed to stages: added keys against the code's signature
     C("plus-trainer-typo", "an added key Lightning's Trainer does not take", ("+trainer.max_step=5",),
       "error: +trainer.max_step=5: lightning.Trainer take(s) no `max_step` (stages: sft, grpo); did you mean "

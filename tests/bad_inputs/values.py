@@ -96,8 +96,8 @@ CASES: list[Case] = [
     C("adaptive-skip-confidence", "a negative skip confidence", ADAPTIVE + ("data.policy.skip_confidence=-0.1",),
       "error: stage grpo: data.policy.skip_confidence=-0.1 must be in (0, 1]"),
     C("adaptive-pass-threshold", "a pass threshold that is not a number", ADAPTIVE + ("data.policy.pass_threshold=abc",),
-      "error: stage grpo: data.policy.pass_threshold='abc' must be a number, or null for non-binary rewards "
-      "(mean/variance)"),
+      "error: stage grpo: data.policy.pass_threshold='abc' must be a number in (0, 1] (a reward at or above it passes; "
+      "rewards are in [0, 1]), or null for non-binary rewards (mean/variance)"),
     C("adaptive-price", "a negative token price for the mix", ADAPTIVE + ("data.policy.usd_per_mtok_generated=-1",),
       "error: stage grpo: data.policy.usd_per_mtok_generated=-1 must be a number ≥ 0"),
     C("adaptive-policy-target", "a policy class that does not exist",

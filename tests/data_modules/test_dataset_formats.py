@@ -87,15 +87,17 @@ def test_standard_prompt_completion_trains_the_completion_only(tmp_path, char):
 
 def test_conversational_prompt_completion_trains_the_assistant_reply(tmp_path, bpe):
     """Prompt messages through the ChatML template with the generation prompt (no loss); the completion is
-    its continuation, "3<|im_end|>\\n", all of it trained, in data=conversations and data=demonstrations."""
+    its continuation, "3<|im_end|>\\n", trained up to its end-of-turn token (the "\\n" after it is the
+    template's, never sampled: docs/conversations.md), in data=conversations and data=demonstrations."""
     path = write(tmp_path / "pc.jsonl", [{"prompt": USER, "completion": REPLY}] * 3)
     [r, *_] = sft_records(path, bpe)
     assert r.prompt_ids == enc(bpe, "<|im_start|>user\n1+2=<|im_end|>\n<|im_start|>assistant\n")
-    assert r.completion_ids == enc(bpe, "3<|im_end|>\n") and r.loss_mask == [1] * len(r.completion_ids)
+    assert r.completion_ids == enc(bpe, "3<|im_end|>\n") and r.loss_mask == turn_mask(bpe, "3")
     task = jsonl_task(path, None, False, 1, "prompt", "answer")
     assert task.chat and task.train[0].answer == "3" and task.train[0].prompt == "1+2="
     demo = DemonstrationsDataModule(task, bpe, 2, 2, 0, "dataset").records[0]
     assert demo.prompt_ids == r.prompt_ids and demo.completion_ids == r.completion_ids
+    assert demo.loss_mask == r.loss_mask  # the "\\n" after <|im_end|> trains in neither
 
 
 def test_conversational_prompt_with_an_assistant_turn_trains_only_the_completion(tmp_path, bpe):
@@ -104,12 +106,18 @@ def test_conversational_prompt_with_an_assistant_turn_trains_only_the_completion
     [r] = sft_records(write(tmp_path / "pc.jsonl", [{"prompt": prompt, "completion": "4"}]), bpe)
     assert r.prompt_ids == enc(bpe, "<|im_start|>user\n1+2=<|im_end|>\n<|im_start|>assistant\n3<|im_end|>\n"
                                     "<|im_start|>user\n2+2=<|im_end|>\n<|im_start|>assistant\n")
-    assert r.completion_ids == enc(bpe, "4<|im_end|>\n") and r.loss_mask == [1] * len(r.completion_ids)
+    assert r.completion_ids == enc(bpe, "4<|im_end|>\n") and r.loss_mask == turn_mask(bpe, "4")
 
 
 def test_messages_rows_train_assistant_turns(tmp_path, bpe):
     [r] = sft_records(write(tmp_path / "m.jsonl", [{"messages": USER + REPLY}]), bpe)
-    assert r.completion_ids == enc(bpe, "3<|im_end|>\n") and r.loss_mask == [1] * len(r.completion_ids)
+    assert r.completion_ids == enc(bpe, "3<|im_end|>\n") and r.loss_mask == turn_mask(bpe, "3")
+
+
+def turn_mask(bpe, content: str) -> list[int]:
+    """An assistant turn's loss mask: its content and <|im_end|> train, the template's "\\n" after it does not."""
+    return [1] * len(enc(bpe, content + "<|im_end|>")) + [0] * (len(enc(bpe, content + "<|im_end|>\n"))
+                                                              - len(enc(bpe, content + "<|im_end|>")))
 
 
 def rollout_prompts(task, tok):

@@ -12,7 +12,7 @@ from tasks.tool_arithmetic import tool_arithmetic_task
 
 ENV = partial(ToolEnv, tools={"calculator": partial(calculator, max_digits=30, max_exponent=100)},
               format={"open": "[", "close": "]", "separator": ":"}, result_prefix="=", result_suffix=";",
-              max_tool_calls=2, max_turns=3, max_observation_tokens=16)
+              max_tool_calls=2, max_turns=3, max_observation_tokens=16, round_tool_seconds=60, tool_workers=1)
 
 
 def test_demonstrations_hold_the_call_the_observation_without_loss_and_the_answer():

@@ -27,7 +27,7 @@ def tok():
 
 def make_env(max_observation_tokens: int = 64):
     return ChatToolEnv({"calculator": CALC}, max_tool_calls=2, max_turns=3,
-                       max_observation_tokens=max_observation_tokens)
+                       max_observation_tokens=max_observation_tokens, round_tool_seconds=60, tool_workers=1)
 
 
 def rendered(tok, env, messages) -> list[int]:

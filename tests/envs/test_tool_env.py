@@ -15,7 +15,8 @@ CALC = partial(calculator, max_digits=30, max_exponent=100)
 
 def env(**kw) -> ToolEnv:
     args = dict(tools={"calculator": CALC}, format={"open": "[", "close": "]", "separator": ":"},
-                result_prefix="=", result_suffix=";", max_tool_calls=2, max_turns=3, max_observation_tokens=16)
+                result_prefix="=", result_suffix=";", max_tool_calls=2, max_turns=3, max_observation_tokens=16,
+                round_tool_seconds=60, tool_workers=1)
     e = ToolEnv(**(args | kw))
     e.reset(Example("1*2=", "2"))
     return e

@@ -27,15 +27,20 @@ def test_tool_use_runs_both_stages_and_reports_tool_statistics(tmp_path):
     assert list(summary) == ["sft", "grpo"]
     grpo = summary["grpo"]
     for key in ("rollout/tool_calls_per_episode_mean", "rollout/tool_malformed_total", "cost/tool_seconds",
-                "cost/tool_calls", "val/tool_calls_per_episode"):
+                "cost/tool_calls", "val/tool_calls_per_episode", "cost/tool_wait_seconds",
+                "rollout/tool_budget_spent_total", "cost/tool_wait_seconds_frac"):
         assert key in grpo, key
+    assert grpo["rollout/tool_budget_spent_total"] == 0 and 0 <= grpo["cost/tool_wait_seconds_frac"] < 1
     assert grpo["cost/generated_tokens"] > 0 and grpo["rollout/rounds"] == 3
     assert "val/tool_calls_per_episode" in summary["sft"]  # SFT's held-out evaluation plays episodes too
     rows = list(csv.DictReader((out / "csv" / "grpo" / "metrics.csv").open()))
     per_round = [r for r in rows if r.get("rollout/tool_calls_per_episode") not in ("", None)]
-    assert len(per_round) == 3 and all("rollout/tool_malformed" in r and "cost/tool_seconds" in r for r in per_round)
+    assert len(per_round) == 3 and all("rollout/tool_malformed" in r and "cost/tool_seconds" in r
+                                       and "rollout/tool_budget_spent" in r for r in per_round)
     records = load_experience(store, build_char_tokenizer())
     assert len(records) == 3 * 4 * 8
+    shown = sum(t["kind"] == "observation" for r in records for t in r.turns)
+    assert shown == grpo["cost/tool_calls"], (shown, grpo["cost/tool_calls"])  # every call counted was shown
     for r in records:
         assert len(r.loss_mask) == len(r.completion_ids) == len(r.behaviour_logprobs)
         assert r.turns and r.turns[0]["kind"] == "policy" and sum(t["length"] for t in r.turns) == len(r.completion_ids)
@@ -68,6 +73,8 @@ def test_tool_use_chat_runs_two_turn_episodes_on_an_hf_chat_model(tmp_path):
     rendering, records = ChatRendering(tok), load_experience(store, tok)
     two_turn = [r for r in records if any(t["kind"] == "observation" for t in r.turns)]
     assert two_turn, "no rollout called the tool"
+    shown = sum(t["kind"] == "observation" for r in records for t in r.turns)
+    assert shown == grpo["cost/tool_calls"], (shown, grpo["cost/tool_calls"])  # every call counted was shown
     for r in two_turn:
         call, obs = r.turns[0], r.turns[1]
         assert r.completion_ids[call["start"] + call["length"] - 1] == rendering.turn_end_id

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from run.errors import nearest
 from run.validation.schemas import algorithm, data, env, generator, model, reward, task, top, trainer
-from run.validation.schemas.base import Must, Node
+from run.validation.schemas.base import Must, Node, Targeted
 
 # (key, {target: schema}, schema for any other target): one row a group
 GROUPS = (("model", model.SCHEMAS, model.FALLBACK), ("data", data.SCHEMAS, data.FALLBACK),
@@ -28,17 +28,39 @@ SKIP = object()
 def check_schemas(cfg: DictConfig, errors: list[str]) -> None:
     """One message per bad value or unknown key, naming the key: `model.num_layers=0 must be a positive
     integer`."""
+    for prefix, schema, values in bindings(cfg, plain):
+        if schema is not None:
+            errors.extend(problems(schema, values, prefix))
+
+
+def bindings(cfg: DictConfig, read) -> list[tuple[str, type[BaseModel] | None, dict]]:
+    """(key prefix, schema, the node's values as `read` gives them) for every node a schema checks: each
+    group's node by its `_target_`, the top-level keys, and every node a schema's field holds as a
+    `Targeted` node (a callback, a logger, an environment's tool, a reward source's generator...), by its
+    own `_target_`. None: a node no schema covers."""
+    out: list = []
     for key, table, fallback in GROUPS:
         node = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
         if isinstance(node, DictConfig):
-            _check(plain(node), table, fallback, f"{key}.", errors)
-    top_level = {k: v for k, v in plain(cfg).items() if k in top.TOP_KEYS}
-    errors.extend(problems(top.TopLevel, top_level, ""))
-    callbacks = OmegaConf.select(cfg, "callbacks", default=None, throw_on_resolution_failure=False)
-    if isinstance(callbacks, DictConfig):
-        for name, node in plain(callbacks).items():
-            if isinstance(node, dict):
-                _check(node, top.CALLBACKS, None, f"callbacks.{name}.", errors)
+            _bind(read(node), table, fallback, f"{key}.", out)
+    groups = {key.split(".")[0] for key, _, _ in GROUPS} | {"hydra"}
+    _bind({k: v for k, v in read(cfg).items() if k not in groups}, {}, top.TopLevel, "", out)
+    return out
+
+
+def _bind(values: dict, table: dict, fallback, prefix: str, out: list) -> None:
+    schema = table.get(values.get("_target_"), fallback)
+    out.append((prefix, schema, values))
+    for key, field in (_fields(schema) if schema is not None else {}).items():
+        mark = next((m for m in field.metadata if isinstance(m, Targeted)), None)
+        child = values.get(key)
+        if mark is None or not isinstance(child, dict):
+            continue
+        entries = child.items() if mark.each else [(None, child)]
+        for name, entry in entries:
+            if isinstance(entry, dict):
+                where = f"{prefix}{key}." + (f"{name}." if name is not None else "")
+                _bind(entry, mark.table, mark.fallback, where, out)
 
 
 def stage_list_problems(cfg: DictConfig) -> list[str]:
@@ -102,7 +124,7 @@ def _line(schema, values, err: dict, prefix: str) -> tuple[str, str]:
             key = prefix + ".".join(path + [part])
             known = [k for k in fields if k not in ("_target_", "_partial_", "_convert_")]
             near = nearest(part, known)
-            where = (values.get("_target_") if not path else None) or prefix + ".".join(path)
+            where = (values.get("_target_") if not path else None) or prefix + ".".join(path) or "the config"
             hint = f"; did you mean `{prefix}{'.'.join(path + [near])}`?" if near else ""
             return key, f"{key}: {where} has no key `{part}` (its keys: {', '.join(known)}){hint}"
     key = prefix + ".".join(path)
@@ -132,4 +154,4 @@ def _must(field, err: dict) -> str:
     return err["msg"][0].lower() + err["msg"][1:].removeprefix("nput should be ")
 
 
-__all__ = ["GROUPS", "Node", "check_schemas", "plain", "problems", "stage_list_problems"]
+__all__ = ["GROUPS", "Node", "bindings", "check_schemas", "plain", "problems", "stage_list_problems"]

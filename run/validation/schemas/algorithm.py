@@ -29,6 +29,24 @@ class Scheduler(OpenNode):
                              "learning rate decays over; default: trainer.max_steps)") = None
 
 
+class Fn(Node):
+    """A loss-side function node (`_partial_`): a KL estimator, a value loss."""
+
+
+class Advantage(Node):
+    """losses.advantages.*: how a group's (or the batch's) rewards become advantages."""
+    scale_by_std: Bool = None
+
+
+class PreferenceLoss(Node):
+    """losses.preference.*: its β follows algorithm.beta (checked there)."""
+    beta: PositiveNumber = None
+    label_smoothing: must(Annotated[float, Field(ge=0, lt=0.5)], "in [0, 0.5) (the chance a label is flipped)") = None
+    desirable_weight: PositiveNumber = None
+    undesirable_weight: PositiveNumber = None
+    center_coef: NonNegativeNumber = None
+
+
 class Algorithm(OpenNode):
     """Every algorithm's LightningModule (trainers/); the keys below wherever a module has them."""
     name: Text = None
@@ -70,8 +88,22 @@ class Algorithm(OpenNode):
     overlong_filter: Bool = None
     turn_credit: choice("outcome", "per_turn") = None
     turn_gamma: must(Annotated[float, Field(ge=0, le=1)], "in [0, 1]") = None
+    loss_max_len: PositiveInt = None
+    critic: choice("shared", "separate") = None
+    threshold: must(float, "a number (the minimum reward a kept sample reaches)") = None
+    correction: must(dict | None, "a correction node (the `correction` group)") = None
+    advantage: Advantage = None
+    kl_estimator: Fn = None
+    value_loss: Fn = None
+    loss: PreferenceLoss = None
     optimizer: Optimizer = None
     scheduler: Scheduler | None = None
+
+
+class Preference(Algorithm):
+    """The DPO family (dpo, ipo, spin, online_dpo) and KTO: β scales the implicit reward; at 0 the loss is a
+    constant (log 2 for DPO) with no gradient, so nothing trains."""
+    beta: must(Annotated[float, Field(gt=0)], "a positive number (β = 0 makes the loss flat: nothing trains)") = None
 
 
 def _bounded(test, text: str):
@@ -107,7 +139,8 @@ class NoCorrection(Node):
     level: Level = None
 
 
-SCHEMAS = {}
+SCHEMAS = {t: Preference for t in ("trainers.dpo.DPOModule", "trainers.spin.SPINModule", "trainers.kto.KTOModule",
+                                   "trainers.online_dpo.OnlineDPOModule")}
 FALLBACK = Algorithm
 CORRECTIONS = {"losses.correction.ppo_clip": PPOClip, "losses.correction.truncated_is": TruncatedIS,
                "losses.correction.masked_is": MaskedIS, "losses.correction.no_correction": NoCorrection,

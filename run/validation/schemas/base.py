@@ -26,6 +26,26 @@ def must(tp, text: str):
     return Annotated[tp, Must(text)]
 
 
+class Targeted:
+    """A field holding a node (or, with `each`, a mapping of named nodes) whose schema is chosen by the node's
+    own `_target_` from `table` (`fallback` for any other target): run/validation/schemas/__init__.py binds
+    each such node to its schema, with its key path as the prefix of its messages."""
+
+    def __init__(self, table: dict, fallback, each: bool):
+        self.table, self.fallback, self.each = table, fallback, each
+
+    def __repr__(self) -> str:
+        return f"Targeted({'each' if self.each else 'one'})"
+
+
+def node(table: dict, fallback, text: str, each: bool = False, nullable: bool = True, non_empty: bool = False):
+    """A field holding a node (or a mapping of named nodes, `each`) checked against its own schema."""
+    tp = Annotated[dict[str, Any], Field(min_length=1)] if non_empty else dict[str, Any]
+    if not each:
+        tp = tp | str  # a node may be written as an interpolation of another (`${reward}`): checked where it is
+    return Annotated[tp | None if nullable else tp, Must(text), Targeted(table, fallback, each)]
+
+
 def choice(*values: str, why: str = ""):
     """One of `values` (a Literal), said as 'one of a, b, c' (+ why)."""
     return must(Literal[values], "one of " + ", ".join(str(v) for v in values) + (f" ({why})" if why else ""))

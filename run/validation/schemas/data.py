@@ -63,7 +63,8 @@ class ReplayMix(Rollouts):
 class AdaptivePolicy(OpenNode):
     """data_modules.adaptive_policy.AdaptivePolicy (data.policy of data=adaptive); another `_target_` may take
     other keys: the named ones are checked, any other passed on. min ≤ max: run/validation/config.py."""
-    pass_threshold: optional(must(float, "a number"), "for non-binary rewards (mean/variance)") = None
+    pass_threshold: optional(must(Annotated[float, Field(gt=0, le=1)], "a number in (0, 1] (a reward at or above it "
+                                   "passes; rewards are in [0, 1])"), "for non-binary rewards (mean/variance)") = None
     decay: must(Annotated[float, Field(gt=0, le=1)], "in (0, 1] (1: evidence never fades)") = None
     skip_margin: must(Annotated[float, Field(gt=0, le=0.5)], "in (0, 0.5]") = None
     skip_confidence: must(Annotated[float, Field(gt=0, le=1)], "in (0, 1]") = None
@@ -81,8 +82,9 @@ class AdaptivePolicy(OpenNode):
 
 
 class Adaptive(Rollouts):
-    """data_modules.adaptive.AdaptiveDataModule: the mix, prompts and reuse decided by `policy` each round."""
-    max_staleness: optional(NonNegativeInt, "for no cap") = None
+    """data_modules.adaptive.AdaptiveDataModule: the mix, prompts and reuse decided by `policy` each round
+    (max_staleness 0 would refuse every replayed record: replay silently off)."""
+    max_staleness: optional(PositiveInt, "for no cap (0 would replay nothing)") = None
     max_reuse: optional(PositiveInt, "for no cap (0 would replay nothing)") = None
     eviction: choice(*EVICTIONS) = None
     priority_alpha: NonNegativeNumber = None
@@ -91,6 +93,32 @@ class Adaptive(Rollouts):
     refresh_on_drift: Bool = None
     allow_uncorrected: Bool = None
     policy: AdaptivePolicy = None
+
+
+class SyntheticPairs(OpenNode):
+    """data_modules.synthetic_preferences.*: pairs made for the task (arithmetic_pairs) or by sampling a
+    saved policy (checkpoint_pairs)."""
+    checkpoint: Text = None
+    num_pairs: optional(PositiveInt, "for one per training prompt") = None
+    samples_per_prompt: must(Annotated[int, Field(ge=2)], "an integer ≥ 2 (a best and a worst sample)") = None
+    temperature: PositiveNumber = None
+    max_new_tokens: PositiveInt = None
+    batch_size: PositiveInt = None
+    seed: Seed = None
+    verifier: Mapping = None
+
+
+class Conversations(Batches):
+    """data_modules.conversations.ConversationsDataModule: multi-turn chats (SFT)."""
+    path: OptionalPath = None
+    heldout_path: OptionalPath = None
+    num_heldout: NonNegativeInt = None
+    split: Text = None
+    messages_key: Text = None
+    last_turn_only: Bool = None
+    max_examples: optional(PositiveInt, "for all") = None
+    max_length: optional(PositiveInt, "(the model's context)") = None
+    source: Text = None
 
 
 class Preferences(Batches):
@@ -104,7 +132,7 @@ class Preferences(Batches):
     skip_bad_rows: Bool = None
     max_length: optional(PositiveInt, "(the model's context)") = None
     unpaired: Bool = None
-    synthetic: OpenNode | None = None
+    synthetic: SyntheticPairs | None = None
 
 
 class AnyData(Batches):
@@ -118,5 +146,6 @@ SCHEMAS = {"data_modules.demonstrations.DemonstrationsDataModule": Demonstration
            "data_modules.filtered_rollouts.FilteredRolloutsDataModule": FilteredRollouts,
            "data_modules.replay_mix.ReplayMixDataModule": ReplayMix,
            "data_modules.adaptive.AdaptiveDataModule": Adaptive,
-           "data_modules.static_preferences.StaticPreferencesDataModule": Preferences}
+           "data_modules.static_preferences.StaticPreferencesDataModule": Preferences,
+           "data_modules.conversations.ConversationsDataModule": Conversations}
 FALLBACK = AnyData

@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from run.validation.schemas.base import (Bool, Fraction, NonNegativeInt, NonNegativeNumber, Node, OpenNode,
-                                         PositiveInt, PositiveNumber, Text, must, optional)
+from run.validation.schemas.base import (Bool, Fraction, NonNegativeInt, NonNegativeNumber, Node, OpenNode, Path,
+                                         PositiveInt, PositiveNumber, Text, must, node, optional)
 from run.validation.schemas.model import Seed
 
 
@@ -18,7 +18,7 @@ class StageSpec(Node):
     overrides: must(list[str], "a list of overrides ([algorithm=sft, trainer.max_steps=100])") = None
 
 
-class Cost(OpenNode):
+class Cost(Node):
     """The cost ledger's price list (callbacks/cost.py): a negative price makes cost/usd meaningless."""
     usd_per_mtok_generated: NonNegativeNumber = None
     usd_per_mtok_trained: NonNegativeNumber = None
@@ -78,22 +78,14 @@ class PushToHub(Node):
     folder: must(Literal["policy", "policy_merged"], "policy or policy_merged") = None
 
 
-class TopLevel(OpenNode):
-    seed: Seed = None
-    stages: must(list[StageSpec], "a list of {name, overrides}") = None
-    print_config: Bool = None
-    resume: Bool = None
-    resume_allow_changes: Bool = None
-    checkpoint_every_n_rounds: PositiveInt = None
-    cost: Cost = None
-    budget: Budget = None
-    recipe: Recipe = None
-
-
-    push_to_hub: PushToHub = None
-
-
-TOP_KEYS = tuple(TopLevel.model_fields)
+class Run(Node):
+    """run.*: filled in by train.py for each stage (not for users): strings, or `???` until then."""
+    output_dir: Path = None
+    stage: Text = None
+    group: Text = None
+    name: Text = None
+    wandb_id: Text = None
+    log_version: Text = None
 
 
 class Regenerate(OpenNode):
@@ -102,6 +94,8 @@ class Regenerate(OpenNode):
 
 class Evaluate(OpenNode):
     every_n_steps: NonNegativeInt = None
+    schedule: must(list[Annotated[int, Field(gt=0)]] | str | None, "a list of positive steps [10, 50], a string "
+                   "\"EVERY:UNTIL,...,EVERY\", or null (every_n_steps)") = None
     num_examples: optional(PositiveInt, "for all") = None
     verifier: must(Literal["auto", "exact"] | OpenNode | None,
                    "auto, exact or a reward node ({_target_: ...})") = None
@@ -111,6 +105,32 @@ class Evaluate(OpenNode):
 class PreferenceEval(OpenNode):
     every_n_steps: NonNegativeInt = None
     batch_size: PositiveInt = None
+
+
+class HeldoutLoss(OpenNode):
+    every_n_steps: NonNegativeInt = None
+    batch_size: PositiveInt = None
+    num_examples: optional(PositiveInt, "for all") = None
+
+
+class CostLedger(OpenNode):
+    usd_per_mtok_generated: NonNegativeNumber = None
+    usd_per_mtok_trained: NonNegativeNumber = None
+
+
+class Checkpoint(OpenNode):
+    """lightning's ModelCheckpoint: the keys conf/callbacks/default.yaml sets (any other of its arguments passes)."""
+    dirpath: Path = None
+    save_last: must(bool | Literal["link"], "true, false or link") = None
+    save_top_k: must(Annotated[int, Field(ge=-1)], "an integer ≥ -1 (-1: every save)") = None
+    every_n_epochs: PositiveInt = None
+    save_on_train_epoch_end: Bool = None
+    enable_version_counter: Bool = None
+
+
+class Plots(OpenNode):
+    output_dir: Path = None
+    stage: Text = None
 
 
 class Drift(OpenNode):
@@ -132,6 +152,7 @@ class BudgetCallback(OpenNode):
 
 class Progress(OpenNode):
     refresh_rate: NonNegativeInt = None
+    stage: Text = None
 
 
 class Samples(OpenNode):
@@ -144,4 +165,50 @@ CALLBACKS = {"callbacks.regenerate.RegenerateExperience": Regenerate,
              "callbacks.preference_eval.PreferenceEvaluation": PreferenceEval,
              "callbacks.budget.StageBudget": BudgetCallback,
              "callbacks.drift.DriftTrigger": Drift, "callbacks.guards.LearningGuards": Guards,
-             "callbacks.progress.StageProgressBar": Progress, "callbacks.wandb_run.WandbSamples": Samples}
+             "callbacks.progress.StageProgressBar": Progress, "callbacks.wandb_run.WandbSamples": Samples,
+             "callbacks.heldout_loss.HeldOutLoss": HeldoutLoss, "callbacks.cost.CostLedger": CostLedger,
+             "lightning.pytorch.callbacks.ModelCheckpoint": Checkpoint, "callbacks.run_plots.RunPlots": Plots}
+
+
+class CSV(OpenNode):
+    """lightning's CSVLogger (logger=csv)."""
+    save_dir: Path = None
+    name: Text = None
+    version: Text = None
+
+
+class Wandb(OpenNode):
+    """callbacks.wandb_run.StageWandbLogger (logger=wandb): lightning's WandbLogger with stage-prefixed keys
+    (any other WandbLogger / wandb.init argument passes)."""
+    stage: Text = None
+    step_offset: optional(NonNegativeInt, "(the steps of the stages before it)") = None
+    project: Text = None
+    save_dir: Path = None
+    group: Text = None
+    name: Text = None
+    id: Text = None
+    resume: must(Literal["allow", "must", "never", "auto"] | bool, "allow, must, never, auto, true or false") = None
+    job_type: Text = None
+
+
+LOGGERS = {"lightning.pytorch.loggers.CSVLogger": CSV, "callbacks.wandb_run.StageWandbLogger": Wandb}
+
+
+class TopLevel(Node):
+    """The top-level keys: closed (a key no run reads is refused, `+typo=1` in a stage's overrides too)."""
+    seed: Seed = None
+    stages: must(list[StageSpec], "a list of {name, overrides}") = None
+    print_config: Bool = None
+    resume: Bool = None
+    resume_allow_changes: Bool = None
+    checkpoint_every_n_rounds: PositiveInt = None
+    cost: Cost = None
+    budget: Budget = None
+    recipe: Recipe = None
+    push_to_hub: PushToHub = None
+    run: Run = None
+    callbacks: node(CALLBACKS, OpenNode, "a mapping of callback names to nodes ({_target_: ...})", each=True) = None
+    logger: node(LOGGERS, OpenNode, "a mapping of logger names to nodes ({_target_: ...})", each=True) = None
+
+
+TOP_KEYS = tuple(TopLevel.model_fields)

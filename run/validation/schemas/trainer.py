@@ -6,11 +6,11 @@ at plan time."""
 from __future__ import annotations
 
 import typing
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from run.validation.schemas.base import Bool, NonNegativeInt, OpenNode, PositiveInt, must
+from run.validation.schemas.base import Bool, Mapping, Must, NonNegativeInt, OpenNode, PositiveInt, Targeted, must
 
 
 def _precisions() -> tuple:
@@ -32,14 +32,32 @@ PRECISIONS, ACCELERATORS, STRATEGIES = _precisions(), _accelerators(), _strategi
 SHOWN_STRATEGIES = "auto, ddp, ddp_spawn, fsdp, deepspeed, single_device, …"
 
 
+class DeepSpeed(OpenNode):
+    """lightning's DeepSpeedStrategy (hardware=deepspeed_*): `config` is DeepSpeed's own JSON config (its
+    gradient clipping: run/validation/hardware.py)."""
+    config: Mapping = None
+
+
+class ModelParallel(OpenNode):
+    """lightning's ModelParallelStrategy (hardware=fsdp: FSDP2)."""
+    data_parallel_size: must(Annotated[int, Field(gt=0)] | Literal["auto"], "a positive integer or auto") = None
+    tensor_parallel_size: PositiveInt = None
+    save_distributed_checkpoint: Bool = None
+
+
+STRATEGY_NODES = {"lightning.pytorch.strategies.DeepSpeedStrategy": DeepSpeed,
+                  "lightning.pytorch.strategies.ModelParallelStrategy": ModelParallel}
+
+
 class Trainer(OpenNode):
     """lightning.Trainer's arguments that the project sets."""
     accelerator: must(Literal[ACCELERATORS], "one of " + ", ".join(ACCELERATORS)) = None
     devices: must(Annotated[int, Field(gt=0)] | Literal[-1, "auto"] | list[int] | str,
                   "a positive integer, -1 (all), auto, or a list of device indices") = None
     num_nodes: PositiveInt = None
-    strategy: must(Literal[STRATEGIES] | OpenNode, f"a Lightning strategy ({SHOWN_STRATEGIES}) or a node with "
-                   f"its _target_") = None
+    strategy: Annotated[Literal[STRATEGIES] | dict[str, Any], Must(f"a Lightning strategy ({SHOWN_STRATEGIES}) or a "
+                                                                   f"node with its _target_"),
+                        Targeted(STRATEGY_NODES, OpenNode, each=False)] = None
     precision: must(Literal[PRECISIONS], "one of " + ", ".join(str(p) for p in PRECISIONS if isinstance(p, str)
                                                                and "-" in p)) = None
     max_steps: PositiveInt = None
