@@ -22,21 +22,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-CHECKED: list[bool] = []  # the command line was checked (once per process)
-
-
-def check_command_line() -> None:
-    """A wrong command line is one line and exit 1, before torch, Lightning and transformers are imported
-    (run/command_line.py imports Hydra alone): a typo is answered in about two seconds, not thirty."""
-    if CHECKED:
-        return
-    from run.command_line import exit_on_bad_command_line, with_default_data
-    sys.argv[1:] = with_default_data(sys.argv[1:])  # algorithm=dpo alone: its own data's keys apply
-    exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
-    CHECKED.append(True)
-
-
 if __name__ == "__main__":
+    from run.command_line import check_command_line  # Hydra alone: a typo answers before torch loads
     check_command_line()
 
 from hardware.memory import return_large_blocks_to_os  # noqa: E402
@@ -85,8 +72,7 @@ def train(cfg: DictConfig, user_overrides: list[str], out: Path, group: str, nam
     plan, cfg, stages = _plan(cfg, user_overrides, out)
     zero = distributed.is_zero()  # rank 0 alone writes files and prints (every rank with one process)
     for s in stages:
-        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id,
-                       log_version=_log_version(out, s.name, plan.resume))
+        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id)
     recorded = []
 
     def record() -> None:  # once: at this process's first optimizer step (or the end, if none ran)
@@ -141,8 +127,7 @@ def print_stages(cfg: DictConfig, user_overrides: list[str], out: Path, group: s
     overrides = [o for o in user_overrides if o.split("=")[0].lstrip("+~") != "print_config"]  # not a run setting
     plan, _, stages = _plan(cfg, overrides, out)
     for i, s in enumerate(stages, 1):
-        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id,
-                       log_version=_log_version(out, s.name, plan.resume))
+        set_run_fields(s.cfg, out, s.name, group, name, wandb_id=plan.wandb_id)
         done = " (finished in the resumed run: skipped)" if s.name in plan.finished else ""
         print(f"# ===== stage {i}/{len(stages)}: {s.name}{done}\n# [batch] {batch_arithmetic(s.cfg)}")
         print(OmegaConf.to_yaml({s.name: OmegaConf.to_container(s.cfg, resolve=True)}), flush=True)
@@ -194,11 +179,6 @@ def _run_stage(s, policy, tokenizer, resume: int, out: Path, on_first_step=None,
         say0(f"\n[checkpoint] stage {s.name}: {e}; continue with: python train.py resume=true "
               f"hydra.run.dir={out}")
         raise SystemExit(128 + e.signum) from None
-
-
-def _log_version(out: Path, stage: str, resume: int) -> str:
-    """csv/<stage>, unless it holds an earlier attempt's metrics: then csv/<stage>-resume-N."""
-    return f"{stage}-resume-{resume}" if resume and (out / "csv" / stage).exists() else stage
 
 
 def _save_stage_configs(out: Path, stages, plan) -> None:
@@ -284,6 +264,7 @@ def finish_wandb() -> None:
 
 def cli() -> None:
     """`python train.py ARGS`, and the `policyshift` console script (pyproject.toml)."""
+    from run.command_line import check_command_line
     check_command_line()
     main()
 

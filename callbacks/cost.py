@@ -27,6 +27,7 @@ import time
 import lightning as L
 
 from callbacks.logging import find_callback, log_now
+from data_modules.state_checks import field, integer, number, within
 from hardware import distributed
 
 
@@ -56,6 +57,7 @@ class CostLedger(L.Callback):
         self.reward_first = self.reward_last = None
         self.accuracy_before = self.accuracy_after = None
         self.last: dict[str, float] = {}
+        self.last_end_step = -1  # the step of the last round end reported (checkpointed)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if not any(cb is self._clock for cb in trainer.callbacks):  # a new list: Lightning iterates the old one
@@ -95,6 +97,9 @@ class CostLedger(L.Callback):
         self._pending = dict.fromkeys(p, 0.0)
 
     def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.global_step == self.last_end_step:  # Lightning replays the hook when it resumes from a
+            return                                     # round-end checkpoint: that round was reported
+        self.last_end_step = trainer.global_step
         log_now(trainer, self.ledger(trainer) | {"cost/round_train_seconds": self.round_train_seconds})
         self.round_train_seconds = 0.0
 
@@ -146,8 +151,14 @@ class CostLedger(L.Callback):
 
     def state_dict(self) -> dict:
         return {"train_seconds": self.train_seconds, "trained_tokens": self.trained_tokens,
-                "serves": self.serves, "records_used": self.records_used}
+                "serves": self.serves, "records_used": self.records_used, "last_end_step": self.last_end_step}
 
     def load_state_dict(self, state: dict) -> None:
+        with within(f"callbacks.{self.state_key}"):
+            number(field(state, "train_seconds"), "train_seconds")
+            for key in ("trained_tokens", "serves", "records_used"):
+                integer(field(state, key), key)
+            integer(state.get("last_end_step", -1), "last_end_step", low=-1)
         self.train_seconds, self.trained_tokens = state["train_seconds"], state["trained_tokens"]
         self.serves, self.records_used = state["serves"], state["records_used"]
+        self.last_end_step = state.get("last_end_step", -1)

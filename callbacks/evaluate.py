@@ -13,6 +13,11 @@ schedule, every `every_n_steps` optimizer steps), and at train end (the "after" 
     "5:50,25"             EVERY:UNTIL segments, the last one may be a bare EVERY: the steps that are
                           multiples of 5 up to step 50, then the multiples of 25 after it (dense early)
     "10:100,50:500"       multiples of 10 up to 100, of 50 up to 500, none after
+A token grid instead (callbacks.evaluate.every_n_tokens=N, N > 0; it replaces both): evaluate after the
+first optimizer step at which the stage's cumulative generated tokens (`generated_tokens`) have crossed
+the next multiple of N; a round that crosses several multiples is evaluated once, and the next due point
+is the first multiple past it. Configs that generate at different rates then share one grid of tokens
+(scripts/figures/economics_v2.py); the next due point is checkpointed, so a resumed stage keeps the grid.
 (on the command line quote a string with commas: 'callbacks.evaluate.schedule="5:50,25"'; in YAML quote
 it too: an unquoted 5:50 is YAML's base-60 number 350). With ranks, each decodes its share of the
 examples and all get the whole set's numbers; only rank 0 logs and prints. The before number
@@ -35,6 +40,7 @@ from torchmetrics import MeanMetric
 from callbacks.eval_verifier import choose_verifier, is_verifier
 from callbacks.logging import find_callback, log_now
 from callbacks.episodes import sample
+from data_modules.state_checks import StateError, integer, metrics, number, sequence, within
 from generators.hf import HFGenerator
 from hardware import distributed
 from hardware.console import say
@@ -129,22 +135,30 @@ def _positive(text: str, part: str) -> int:
 class HeldOutEvaluation(L.Callback):
     def __init__(self, generator: HFGenerator, verifier: str | RewardSource, task: Task,
                  every_n_steps: int, num_examples: int | None, schedule: str | list | None = None,
-                 reward: RewardSource | None = None, on_other_data: bool = False, env=None):
+                 reward: RewardSource | None = None, on_other_data: bool = False, env=None,
+                 every_n_tokens: int | None = None):
         self.generator, self.task, self.on_other_data = generator, task, on_other_data
         self.env = env  # an environment factory (envs/): held-out episodes; None: one turn
         self.verifier, self.why = choose_verifier(verifier, reward, task)  # why: the console's line
         self.active = True  # False: the stage trains on other data than the task (see on_fit_start)
         self.every_n_steps, self.num_examples = every_n_steps, num_examples
         self.schedule = parse_schedule(schedule)  # None: every_n_steps
+        if every_n_tokens is not None and (not _is_int(every_n_tokens) or every_n_tokens < 0):
+            raise ValueError(f"callbacks.evaluate.every_n_tokens={every_n_tokens!r}: an integer ≥ 1 (0 or null: off)")
+        self.every_n_tokens = every_n_tokens or None  # None: the step schedule decides
+        self.next_tokens = self.every_n_tokens or 0  # the next multiple of every_n_tokens due (checkpointed)
         self.before: dict | None = None
         self.after: dict | None = None
         self.history: list[tuple[int, float]] = []
         self.curve: list[dict] = []  # {step, generated_tokens, seconds, accuracy}: accuracy against rollout cost
+        self.latest: tuple[int, dict | None] = (-1, None)  # (step, result) of this process's last evaluation
         self.seconds = 0.0  # spent evaluating in this process (CostLedger leaves it out of cost/train_seconds)
         self._clock: tuple[float, float] = (time.perf_counter(), 0.0)  # (fit start, stage seconds before it)
 
-    def due(self, step: int) -> bool:
-        """Whether the stage evaluates after optimizer step `step` (> 0)."""
+    def due(self, step: int, tokens: int = 0) -> bool:
+        """Whether the stage evaluates after optimizer step `step` (> 0), `tokens` generated so far."""
+        if self.every_n_tokens:
+            return tokens >= self.next_tokens
         if self.schedule is not None:
             return self.schedule.due(step)
         return bool(self.every_n_steps) and step % self.every_n_steps == 0
@@ -171,6 +185,7 @@ class HeldOutEvaluation(L.Callback):
         say(trainer, f"[eval] step {trainer.global_step}: held-out greedy accuracy "
                      f"{result['val/accuracy']:.3f} on {len(self.task.heldout[:self.num_examples])}")
         self.seconds += time.perf_counter() - start
+        self.latest = (trainer.global_step, result)
         return result
 
     def on_fit_start(self, trainer, pl_module):
@@ -198,20 +213,31 @@ class HeldOutEvaluation(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
-        if self.active and step > 0 and step < trainer.max_steps and self.due(step):
+        tokens = generated_tokens(trainer) if self.every_n_tokens else 0
+        if self.active and step > 0 and step < trainer.max_steps and self.due(step, tokens):
             if not self.history or self.history[-1][0] != step:
                 self._run(trainer, pl_module)
+            if self.every_n_tokens:  # the first multiple past the tokens so far
+                self.next_tokens = (tokens // self.every_n_tokens + 1) * self.every_n_tokens
 
     def on_train_end(self, trainer, pl_module):
-        if self.active:
-            self.after = self._run(trainer, pl_module)
+        if self.active:  # a stage that ended (budget) right after an evaluation of its last step: that one
+            step, result = self.latest
+            self.after = result if step == trainer.global_step else self._run(trainer, pl_module)
 
-    STATE = ("before", "history", "curve")  # checkpointed: a resumed stage keeps its real start value
+    STATE = ("before", "history", "curve", "next_tokens")  # checkpointed: a resumed stage keeps its real start value
 
     def state_dict(self) -> dict:
         return copy.deepcopy({k: getattr(self, k) for k in self.STATE})
 
     def load_state_dict(self, state: dict) -> None:
+        with within(f"callbacks.{self.state_key}"):
+            metrics(state.get("before"), "before")
+            for i, h in enumerate(sequence(state.get("history", []), "history")):
+                if len(sequence(h, f"history[{i}]")) != 2:
+                    raise StateError(f"history[{i}]", "not a (step, accuracy) pair")
+                integer(h[0], f"history[{i}].step")
+                number(h[1], f"history[{i}].accuracy", high=1.0)
         for k in self.STATE:
             setattr(self, k, copy.deepcopy(state.get(k, getattr(self, k))))
         self.history = [tuple(h) for h in self.history]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import lightning as L
 
 from callbacks.logging import find_callback
+from data_modules.state_checks import StateError, field, integer, mapping, sequence, within
 from hardware.console import say
 
 HINTS = {
@@ -67,6 +68,12 @@ class LearningGuards(L.Callback):
         return {"streaks": dict(self.streaks), "warnings": list(self.warnings), "rounds_seen": self.rounds_seen}
 
     def load_state_dict(self, state: dict) -> None:
+        with within(f"callbacks.{self.state_key}"):
+            for name, n in mapping(field(state, "streaks"), "streaks").items():
+                integer(n, f"streaks.{name}")
+            if not all(isinstance(w, str) for w in sequence(field(state, "warnings"), "warnings")):
+                raise StateError("warnings", "not a list of texts")
+            integer(field(state, "rounds_seen"), "rounds_seen")
         self.streaks, self.warnings = dict(state["streaks"]), list(state["warnings"])
         self.rounds_seen = state["rounds_seen"]
 

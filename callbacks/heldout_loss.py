@@ -12,6 +12,7 @@ from __future__ import annotations
 import lightning as L
 
 from callbacks.logging import log_now
+from data_modules.state_checks import metrics
 from hardware.console import say
 
 
@@ -53,6 +54,7 @@ class HeldOutLoss(L.Callback):
         return {"before": self.before}
 
     def load_state_dict(self, state: dict) -> None:
+        metrics(state.get("before"), f"callbacks.{self.state_key}.before")
         self.before = state.get("before")
 
     def summary(self) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import lightning as L
 
 from callbacks.logging import log_now
+from data_modules.state_checks import metrics
 from hardware.console import say
 
 
@@ -52,6 +53,7 @@ class PreferenceEvaluation(L.Callback):
         return {"before": self.before}
 
     def load_state_dict(self, state: dict) -> None:
+        metrics(state.get("before"), f"callbacks.{self.state_key}.before")
         self.before = state.get("before")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):

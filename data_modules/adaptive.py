@@ -28,6 +28,7 @@ from data_modules.adaptive_policy import (REASONS, REUSE_REASONS, SAY_REASON, SA
                                          SourceMeasure)
 from data_modules.experience import ExperienceRecord
 from data_modules.replay_mix import ReplayMixDataModule
+from data_modules.state_checks import StateError, field, integer, mapping, number, sequence
 from hardware.console import say
 from tasks.base import encode_example
 
@@ -249,6 +250,26 @@ class AdaptiveDataModule(ReplayMixDataModule):
         return super().state_dict() | {"policy": self.policy.state_dict(), "group_prompt": dict(self.group_prompt),
                                        "decision": dict(self.decision), "reason": self.reason,
                                        "reasons": dict(self.reasons), "fresh_fracs": list(self.fresh_fracs)}
+
+    def max_cursor(self, group_ids: int, rounds: int) -> int:
+        """Each prompt taken may have read one pass of the stream, and each round one pass more."""
+        return (group_ids + rounds + 1) * (len(self._order) + 1)
+
+    def check_state(self, state: dict) -> None:
+        super().check_state(state)
+        prompts, ids = len(self.task.train), state["next_group_id"]
+        self.policy.check_state(field(state, "policy"), "policy", prompts, integer(state.get("rounds_put", 0), "rounds_put"))
+        for gid, idx in mapping(field(state, "group_prompt"), "group_prompt").items():
+            integer(int(gid) if isinstance(gid, str) and gid.isdigit() else gid, f"group_prompt[{gid!r}]", high=ids - 1)
+            integer(idx, f"group_prompt[{gid!r}]", high=prompts - 1)
+        for name, v in mapping(field(state, "decision"), "decision").items():
+            number(v, f"decision.{name}", low=None, nan=True)
+        if not isinstance(field(state, "reason"), str):
+            raise StateError("reason", f"{state['reason']!r} is not a text")
+        for name, n in mapping(field(state, "reasons"), "reasons").items():
+            integer(n, f"reasons.{name}")
+        for i, frac in enumerate(sequence(field(state, "fresh_fracs"), "fresh_fracs")):
+            number(frac, f"fresh_fracs[{i}]", high=1.0)
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

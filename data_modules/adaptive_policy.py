@@ -37,6 +37,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from data_modules.state_checks import StateError, field, integer, mapping, number, one_of, python_rng, sequence
+
 SOURCES = ("fresh", "replay", "harvest")
 REASONS = ("start", "value", "min_fresh", "max_fresh", "refresh", "short_replay", "no_prompts")
 REUSE_REASONS = ("cap", "ess", "kl", "probe")
@@ -335,6 +337,28 @@ class AdaptivePolicy:
     def state_dict(self) -> dict:
         return {"rng": self.rng.getstate(), "evidence": {k: list(v) for k, v in self.evidence.items()},
                 "values": dict(self.values), "limit": self.limit, "reuse_reason": self.reuse_reason}
+
+    def check_state(self, state: dict, where: str, prompts: int, rounds: int) -> None:
+        """StateError naming `where.<key>` unless `state` is one this policy could have written, over
+        `prompts` training prompts and `rounds` rounds: counts finite and ≥ 0, keys real prompts."""
+        python_rng(field(state, "rng", where), f"{where}.rng")
+        for k, e in mapping(field(state, "evidence", where), f"{where}.evidence").items():
+            key = f"{where}.evidence[{k!r}]"
+            integer(int(k) if isinstance(k, str) and k.isdigit() else k, key, high=prompts - 1)
+            e = sequence(e, key)
+            if len(e) != 6:
+                raise StateError(key, f"{len(e)} numbers, not 6 (passes, fails, weight, Σ w·r, Σ w·r², round)")
+            for i, name in enumerate(("passes", "fails", "weight")):
+                number(e[i], f"{key}.{name}")
+            number(e[3], f"{key}.reward_sum", low=None)
+            number(e[4], f"{key}.reward_square_sum")
+            number(e[5], f"{key}.round", high=rounds)
+        for source, v in mapping(field(state, "values", where), f"{where}.values").items():
+            one_of(source, f"{where}.values", SOURCES)
+            number(v, f"{where}.values.{source}")
+        if field(state, "limit", where) is not None:
+            integer(state["limit"], f"{where}.limit")
+        one_of(field(state, "reuse_reason", where), f"{where}.reuse_reason", REUSE_REASONS)
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.setstate(_as_tuple(state["rng"]))

@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from data_modules.experience import ExperienceRecord, collate
+from data_modules.state_checks import field, integer, within
 from hardware import distributed
 from tasks.base import Task
 
@@ -75,4 +76,11 @@ class ExperienceDataModule(L.LightningDataModule):
         return {"epochs_served": self.epochs_served}
 
     def load_state_dict(self, state: dict) -> None:
+        with within(type(self).__qualname__):  # its key in the checkpoint
+            self.check_state(state)  # the most derived class's check, all of it, before anything is taken
         self.epochs_served = state["epochs_served"]
+
+    def check_state(self, state: dict) -> None:
+        """StateError (data_modules/state_checks.py) for a state this module could not have written;
+        each subclass checks its own keys and calls this."""
+        integer(field(state, "epochs_served"), "epochs_served")

@@ -20,6 +20,7 @@ import random
 from collections import OrderedDict
 
 from data_modules.experience import ExperienceRecord
+from data_modules.state_checks import StateError, field, integer, mapping, one_of, sequence
 from data_modules.store import record_to_row, row_to_record
 
 EVICTIONS, SAMPLINGS = ("oldest", "lowest_priority"), ("uniform", "prioritized")
@@ -128,6 +129,30 @@ class ExperienceBuffer:
                 "groups": [[record_to_row(r) for r in g] for g in self.groups.values()],
                 "latest_ids": list(self.latest_ids), "evicted": self.evicted,
                 "evicted_unused": self.evicted_unused, "evicted_by": dict(self.evicted_by)}
+
+    def check_state(self, state: dict, where: str, group_ids: int) -> None:
+        """StateError naming `where.<key>` unless `state` is one this buffer could have written, its group
+        ids below `group_ids` (the ids its data module has issued) and its eviction counts adding up."""
+        one_of(state.get("record_type", "ExperienceRecord"), f"{where}.record_type",
+               ("ExperienceRecord", "PreferenceRecord"))
+        seen: set[int] = set()
+        for i, rows in enumerate(sequence(field(state, "groups", where), f"{where}.groups")):
+            key = f"{where}.groups[{i}]"
+            if not sequence(rows, key):
+                raise StateError(key, "an empty group")
+            gids = {integer(field(row, "group_id", f"{key}[{j}]"), f"{key}[{j}].group_id", high=group_ids - 1)
+                    for j, row in enumerate(rows)}
+            if len(gids) != 1 or gids & seen:
+                raise StateError(key, f"group ids {sorted(gids)}: a group is one id, held once")
+            seen |= gids
+        for i, gid in enumerate(sequence(field(state, "latest_ids", where), f"{where}.latest_ids")):
+            integer(gid, f"{where}.latest_ids[{i}]", high=group_ids - 1)
+        evicted = integer(field(state, "evicted", where), f"{where}.evicted")
+        integer(field(state, "evicted_unused", where), f"{where}.evicted_unused", high=evicted)
+        by = mapping(field(state, "evicted_by", where), f"{where}.evicted_by")
+        counts = [integer(n, f"{where}.evicted_by.{rule}") for rule, n in by.items()]
+        if sum(counts) != evicted:
+            raise StateError(f"{where}.evicted_by", f"adds up to {sum(counts)}, not evicted={evicted}")
 
     def load_state_dict(self, state: dict) -> None:
         from data_modules.preferences import PreferenceRecord  # a module above this one: import late

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from data_modules.fresh_rollouts import FreshRolloutsDataModule
 from data_modules.preferences import collate_records
+from data_modules.state_checks import integer
 from hardware.console import say
 
 
@@ -40,6 +41,10 @@ class FilteredRolloutsDataModule(FreshRolloutsDataModule):
 
     def state_dict(self) -> dict:
         return super().state_dict() | {"empty_rounds": self.empty_rounds}
+
+    def check_state(self, state: dict) -> None:
+        super().check_state(state)
+        integer(state.get("empty_rounds", 0), "empty_rounds")
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

@@ -10,6 +10,7 @@ from transformers import PreTrainedTokenizerBase
 from data_modules.base import ExperienceDataModule
 from data_modules.buffer import ExperienceBuffer
 from data_modules.experience import ExperienceRecord
+from data_modules.state_checks import field, integer
 from data_modules.store import ExperienceStore
 from tasks.base import Example, Task, encode_example
 
@@ -88,6 +89,18 @@ class FreshRolloutsDataModule(ExperienceDataModule):
         store = {"store": self.store.state_dict()} if self.store is not None else {}
         return super().state_dict() | {"cursor": self.cursor, "next_group_id": self.next_group_id,
                                        "rounds_put": self.rounds_put, "buffer": self.buffer.state_dict()} | store
+
+    def check_state(self, state: dict) -> None:
+        super().check_state(state)
+        ids = integer(field(state, "next_group_id"), "next_group_id")
+        rounds = integer(state.get("rounds_put", 0), "rounds_put")
+        integer(field(state, "cursor"), "cursor", high=self.max_cursor(ids, rounds))
+        if "buffer" in state:
+            self.buffer.check_state(state["buffer"], "buffer", ids)
+
+    def max_cursor(self, group_ids: int, rounds: int) -> int:
+        """The farthest the prompt stream can have been read: one prompt per group id issued."""
+        return group_ids
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

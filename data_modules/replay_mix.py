@@ -14,6 +14,7 @@ import random
 from data_modules.buffer import ExperienceBuffer
 from data_modules.experience import ExperienceRecord, collate
 from data_modules.fresh_rollouts import FreshRolloutsDataModule
+from data_modules.state_checks import StateError, field, integer, python_rng, sequence
 from data_modules.store import load_experience
 
 DRIFT_TRIGGERS = ("ess", "kl", "staleness")  # callbacks/drift.py's reasons
@@ -100,6 +101,16 @@ class ReplayMixDataModule(FreshRolloutsDataModule):
     def state_dict(self) -> dict:
         return super().state_dict() | {"rng": self.rng.getstate(), "replay_ids": list(self.replay_ids),
                                        "harvested": self.harvested, "refresh": self.refresh}
+
+    def check_state(self, state: dict) -> None:
+        super().check_state(state)
+        python_rng(field(state, "rng"), "rng")
+        ids = state["next_group_id"]  # checked above
+        for i, gid in enumerate(sequence(field(state, "replay_ids"), "replay_ids")):
+            integer(gid, f"replay_ids[{i}]", high=ids - 1)  # a group this module made or harvested
+        for key in ("harvested", "refresh"):
+            if not isinstance(state.get(key, False), bool):
+                raise StateError(key, f"{state[key]!r} is not true or false")
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

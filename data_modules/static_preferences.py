@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 from data_modules.preference_files import Columns, PreferenceDataError, check_file, load_records
 from data_modules.preferences import (PreferenceDataModule, PreferenceRecord, UnpairedRecord,
                                       assign_kl_completions, unpair)
+from data_modules.state_checks import integer, sequence
 from tasks.base import Task
 
 NO_LIMIT = 1_000_000  # tokenizers without a real limit report ~1e30
@@ -77,6 +78,12 @@ class StaticPreferencesDataModule(PreferenceDataModule):
         policy, not be recomputed from the resumed weights."""
         return super().state_dict() | {"ref_logps": [r.ref_logps for r in self.records + self.heldout_pairs],
                                        "times_used": [r.provenance.times_used for r in self.records]}
+
+    def check_state(self, state: dict) -> None:
+        super().check_state(state)
+        sequence(state.get("ref_logps", []), "ref_logps")
+        for i, n in enumerate(sequence(state.get("times_used", []), "times_used")):
+            integer(n, f"times_used[{i}]")
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

@@ -1,4 +1,4 @@
 """`python -m policyshift OVERRIDES`: the same as `python train.py OVERRIDES`."""
-from policyshift.api import main
+from policyshift import main
 
 main()

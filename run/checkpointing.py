@@ -27,6 +27,12 @@ What checkpoints/<stage>/ holds (sizes for a policy of P bytes, Adam):
   extra step on it, so the run continues exactly as if never stopped. From a mid-round checkpoint (a
   signal) that dataloader serves the rest of the round: a fresh shuffle of the round's records, not
   the order the stopped run was in (Lightning cannot skip into a plain DataLoader).
+- A resume reads every checkpoint with the safe loader (`weights_only=True`: tensors and plain types; a
+  pickled object in a run folder is refused naming the file, never run), and each component checks the
+  state it is handed (types, ranges, references: data_modules/state_checks.py) before taking any of it.
+- `StageEndLoop`: a checkpoint of the stage's end (its last round done) resumes into the stage's end
+  (the final evaluation, the ledger, stop_reason), which Lightning would skip; the checkpoint also
+  records how many rows the stage's metrics.csv held (callbacks/csv_metrics.py cuts the file back to them).
 - During training, SIGTERM/SIGINT end the current optimizer step (at a round's last step: the round,
   with the next one made), write last.ckpt and raise `RunInterrupted`; a second signal stops at once.
 """
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import random
 import re
 import shutil
@@ -44,8 +51,10 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.loops.fit_loop import _FitLoop
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from data_modules.state_checks import StateError, field, integer, mapping, python_rng, sequence, within
 from hardware import distributed
 from hardware.console import say0
 
@@ -57,6 +66,34 @@ class CheckpointWriteError(OSError):
 
     def __str__(self) -> str:  # the message alone, not OSError's "[Errno 28] ..."
         return str(self.strerror)
+
+
+class CheckpointReadError(ValueError):
+    """A checkpoint a resume reads is not what this project writes (a pickled object, a torn or foreign
+    file, a component's state out of range): refused before anything from it is used."""
+
+
+def load_checkpoint(path: Path) -> dict:
+    """A checkpoint from a run folder, loaded with the safe loader (tensors and plain types only: a
+    pickled object in the file is refused, never run), or CheckpointReadError naming the file."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointReadError(unsafe_checkpoint(path, e)) from None
+    except (OSError, RuntimeError, EOFError) as e:
+        raise CheckpointReadError(f"resume: {path} cannot be read as a checkpoint ({' '.join(str(e).split())[:200]}); "
+                                  f"restore it from a copy or start a new run") from None
+    if not isinstance(state, dict):
+        raise CheckpointReadError(f"resume: {path} holds a {type(state).__name__}, not a checkpoint")
+    return state
+
+
+def unsafe_checkpoint(path, error: BaseException) -> str:
+    """The one-line refusal of a checkpoint that holds more than tensors and plain types."""
+    named = re.search(r"GLOBAL ([\w.]+)", str(error))
+    what = f"a call of {named.group(1)}" if named else "something other than tensors and plain types"
+    return (f"resume: {path} holds a pickled object the safe loader refuses ({what}); it is not a checkpoint this project wrote (tampered, or from an untrusted source): nothing from it "
+            f"was loaded or run")
 
 
 class RunInterrupted(Exception):
@@ -143,6 +180,27 @@ def rng_states() -> dict:
     return states
 
 
+def check_rng_states(states) -> None:
+    """StateError (data_modules/state_checks.py) naming `rng.<generator>` unless `states` are RNG states
+    this process can take: Python's, NumPy's MT19937 (624 words), torch's (its exact byte size)."""
+    mapping(states, "rng")
+    python_rng(field(states, "python", "rng"), "rng.python")
+    numpy = sequence(field(states, "numpy", "rng"), "rng.numpy")
+    try:
+        kind, keys, pos, has_gauss, gauss = numpy
+        np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+        if kind != "MT19937" or len(keys) != 624:
+            raise ValueError(f"a {kind} state of {len(keys)} words, not MT19937's 624")
+    except (TypeError, ValueError, OverflowError) as e:
+        raise StateError("rng.numpy", f"not a NumPy random state ({e})") from None
+    for key, state in [("torch", field(states, "torch", "rng"))] + [
+            (f"cuda[{i}]", s) for i, s in enumerate(sequence(states.get("cuda", []), "rng.cuda"))]:
+        size = torch.get_rng_state().numel() if key == "torch" else None
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or (size and state.numel() != size):
+            shape = f"{state.dtype} × {state.numel()}" if isinstance(state, torch.Tensor) else type(state).__name__
+            raise StateError(f"rng.{key}", f"not a torch RNG state (a {shape}; torch's is uint8 × {size or 'n'})")
+
+
 def set_rng_states(states: dict) -> None:
     random.setstate(_as_tuple(states["python"]))
     kind, keys, pos, has_gauss, gauss = states["numpy"]
@@ -154,6 +212,25 @@ def set_rng_states(states: dict) -> None:
 
 def _as_tuple(x):
     return tuple(_as_tuple(v) for v in x) if isinstance(x, list) else x
+
+
+class StageEndLoop(_FitLoop):
+    """Lightning's fit loop, except that a fit resumed from a checkpoint of the stage's end (its last round
+    done: `trainer.max_steps` reached, or a budget spent) still runs the stage's end: `on_train_start` and
+    `on_train_end` (the final evaluation, the ledger, stop_reason, plots), as the killed run was about to.
+    Lightning skips the whole loop then, and a run killed after its last checkpoint lost its end."""
+
+    @property
+    def skip(self) -> bool:
+        return self.trainer.limit_train_batches == 0 or (self.done and not self.restarting)
+
+
+def use_stage_end_loop(trainer: L.Trainer) -> None:
+    """Put StageEndLoop in place of `trainer`'s fit loop (before fit), keeping its epoch loop."""
+    old = trainer.fit_loop
+    loop = StageEndLoop(trainer, min_epochs=old.min_epochs, max_epochs=old.max_epochs)
+    loop.epoch_loop = old.epoch_loop
+    trainer.fit_loop = loop
 
 
 class ResumeState(L.Callback):
@@ -178,7 +255,14 @@ class ResumeState(L.Callback):
         self._trainer = trainer
 
     def state_dict(self) -> dict:
-        return {"rng": rng_states(), "train_metrics": self._train_metrics()}
+        return {"rng": rng_states(), "train_metrics": self._train_metrics(), "log_rows": self._log_rows()}
+
+    def _log_rows(self) -> int | None:
+        """Rows the stage's metrics file holds now (callbacks/csv_metrics.py), or None without one."""
+        for logger in getattr(self._trainer, "loggers", []):
+            if hasattr(logger, "rows_written"):
+                return logger.rows_written()
+        return None
 
     def _train_metrics(self) -> dict[str, float]:
         """The last value of every train/* metric so far: summary.json reports these, and a resumed
@@ -191,12 +275,24 @@ class ResumeState(L.Callback):
         return dict(self._restored_metrics)
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:  # before load_state_dict
-        key = type(trainer.datamodule).__qualname__ if trainer.datamodule is not None else None
+        """A data module that keeps state (a prompt cursor, a buffer) must find it: Lightning would resume
+        without it, from the stream's start, without a word."""
+        dm = trainer.datamodule
+        key = type(dm).__qualname__ if dm is not None else None
+        if key is not None and key not in checkpoint and dm.state_dict():
+            raise StateError(key, "missing: the data module's state (its data position, buffer) is not in the checkpoint")
         self._restored = {"datamodule": checkpoint[key]} if key in checkpoint else {}
 
     def load_state_dict(self, state: dict) -> None:
+        with within(f"callbacks.{self.state_key}"):
+            check_rng_states(field(state, "rng"))
+            if state.get("log_rows") is not None:
+                integer(state["log_rows"], "log_rows")
         self._restored = (self._restored or {}) | {"rng": state["rng"]}
         self._restored_metrics = dict(state.get("train_metrics", {}))
+        if state.get("log_rows") is not None:  # the metrics file back to the rows this checkpoint had seen
+            for logger in getattr(self._trainer, "loggers", []):
+                getattr(logger, "keep_rows", lambda rows: None)(state["log_rows"])
 
     def on_train_start(self, trainer, pl_module):
         self._start_step = trainer.global_step  # a resumed fit starts at its checkpoint's step

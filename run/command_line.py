@@ -233,3 +233,17 @@ def _choices_with_key(conf_dir: Path, group: str, rest: str, chosen) -> list[str
             if isinstance(node, DictConfig) and has_key(node, rest):
                 found.append(path.stem)
     return found
+
+
+CHECKED: list[bool] = []  # the command line was checked (once per process)
+
+
+def check_command_line() -> None:
+    """A wrong command line is one line and exit 1, before torch, Lightning and transformers are imported
+    (this module imports Hydra alone): a typo is answered in about two seconds, not thirty. `python
+    train.py` and the `policyshift` console script both call it first."""
+    if CHECKED:
+        return
+    sys.argv[1:] = with_default_data(sys.argv[1:])  # algorithm=dpo alone: its own data's keys apply
+    exit_on_bad_command_line()  # a typo'd key or choice: one line, before Hydra's own report
+    CHECKED.append(True)

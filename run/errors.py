@@ -35,11 +35,11 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from data_modules.store_checks import StoreDataError
     from models.hf_checks import ModelFolderError
     from rewards.sandbox import SandboxUnavailable
-    from run.checkpointing import CheckpointWriteError
+    from run.checkpointing import CheckpointReadError, CheckpointWriteError
     from tasks.jsonl import DataFileError
     from trainers.base import NonFiniteLossError
     return (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
-            NonFiniteLossError, CheckpointWriteError, DroppedRoundsError, StoreDataError)
+            NonFiniteLossError, CheckpointWriteError, CheckpointReadError, DroppedRoundsError, StoreDataError)
 
 
 def user_error(exc: BaseException) -> BaseException | None:

@@ -8,23 +8,25 @@ config. Naming `algorithm=` or `data=` without `experiment=` runs that one algor
 """
 from __future__ import annotations
 
+import pickle
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
-import torch
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from data_modules.state_checks import StateError
 from hardware import distributed
 from hardware.console import say0
 from hardware.processes import launched, world_size_of
-from run.checkpointing import AtomicCheckpointIO, ResumeState
+from run.checkpointing import (AtomicCheckpointIO, CheckpointReadError, ResumeState, load_checkpoint,
+                               unsafe_checkpoint, use_stage_end_loop)
 from run.epochs import plan_epochs
 from run.errors import ConfigError
 from run.overrides import has_key, takes, unmatched_problem
@@ -146,11 +148,11 @@ def _warn(stages: list[Stage]) -> None:
 
 
 def set_run_fields(cfg: DictConfig, output_dir: Path, stage: str, group: str, name: str,
-                   wandb_id: str | None = None, log_version: str | None = None) -> None:
-    """cfg.run: where the stage writes, its W&B group/name/id (None: W&B picks one) and its CSV version."""
+                   wandb_id: str | None = None) -> None:
+    """cfg.run: where the stage writes, and its W&B group/name/id (None: W&B picks one)."""
     with open_dict(cfg):
         cfg.run = {"output_dir": str(output_dir), "stage": stage, "group": group, "name": name,
-                   "wandb_id": wandb_id, "log_version": log_version or stage}
+                   "wandb_id": wandb_id}
 
 
 def batch_arithmetic(cfg: DictConfig) -> str:
@@ -257,8 +259,11 @@ def load_finished_policy(stage: Stage):
     path = checkpoint_dir(stage) / "final.ckpt"
     if not path.is_file():
         raise ConfigError(f"resume: stage {stage.name!r} is in summary.json but {path} is missing")
+    checkpoint = load_checkpoint(path)  # the safe loader: a pickled object in a run folder never runs
+    if not isinstance(checkpoint.get("state_dict"), dict):
+        raise CheckpointReadError(f"resume: {path} has no state_dict (not a checkpoint this project wrote)")
+    state = checkpoint["state_dict"]
     policy, tokenizer = instantiate(stage.cfg.model)
-    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
     policy.load_state_dict({k.removeprefix("policy."): v for k, v in state.items() if k.startswith("policy.")})
     return policy, tokenizer
 
@@ -314,7 +319,17 @@ def run_stage(stage: Stage, policy=None, tokenizer=None, ckpt_path: Path | None 
     callbacks += [ResumeState(checkpoint_dir(stage) / "last.ckpt"), SameSettingsOnRanks(cfg)]
     trainer = L.Trainer(**trainer_arguments(cfg.trainer), callbacks=callbacks, logger=build_loggers(cfg) or False,
                         default_root_dir=cfg.run.output_dir, plugins=[AtomicCheckpointIO()])
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    use_stage_end_loop(trainer)  # a resume from the stage's last checkpoint still runs the stage's end
+    if ckpt_path is None:  # the stage from its beginning: its metrics file too (a checkpoint says how many rows stay)
+        for logger in trainer.loggers:
+            getattr(logger, "keep_rows", lambda rows: None)(0)
+    try:  # the safe loader (tensors and plain types), whatever TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD says
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except pickle.UnpicklingError as e:  # only a checkpoint is unpickled in fit: the resumed one
+        raise CheckpointReadError(unsafe_checkpoint(ckpt_path, e)) from None
+    except StateError as e:  # a component refused the state the checkpoint handed it, before any step
+        raise CheckpointReadError(f"resume: {ckpt_path}: {e.key}: {e.problem}; not a state this run wrote "
+                                  f"(tampered or corrupt): nothing was trained from it") from None
     if trainer.checkpoint_callback is not None:
         trainer.save_checkpoint(checkpoint_dir(stage) / "final.ckpt", weights_only=True)  # no optimizer
     metrics = {"train/steps": trainer.global_step, "wall_seconds": time.perf_counter() - start}

@@ -155,6 +155,20 @@ def test_a_refused_command_line_imports_no_heavy_stack():
     assert proc.stderr.splitlines() == [case("plus-trl-learning-rate").message]
 
 
+def test_the_policyshift_command_refuses_before_importing_the_heavy_stack_too(tmp_path):
+    """The console script (`policyshift ARGS`, policyshift.main) checks the command line as train.py does,
+    before torch, Lightning and transformers; `import policyshift` alone imports none of them either."""
+    probe = ("import sys\nsys.argv = ['policyshift', '+learning_rate=1e-5']\nimport policyshift\n"
+             "print(sorted(m for m in ('torch', 'lightning', 'transformers') if m in sys.modules))\ntry:\n"
+             "    policyshift.main()\nexcept SystemExit as e:\n    print('exit', e.code)\n"
+             "print(sorted(m for m in ('torch', 'lightning', 'transformers') if m in sys.modules))")
+    clean = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"} | {"WANDB_MODE": "disabled"}
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=clean | {"PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.splitlines() == ["[]", "exit 1", "[]"], proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [case("plus-trl-learning-rate").message]
+
+
 def test_console_shows_the_command_line_typo_in_one_line_before_hydra(tmp_path):
     proc = train("algorithm.betta=0.1", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 1 and proc.stdout == ""

@@ -1,9 +1,10 @@
 """Run folders and resume through `python train.py`, as a user runs it (subprocesses, ~10 s each): a
 refused run changes nothing in the folder it was refused from; SIGTERM writes a checkpoint, and
-`resume=true hydra.run.dir=DIR` alone finishes the run with its own settings, keeping the CSV metrics
+`resume=true hydra.run.dir=DIR` alone finishes the run with its own settings, continuing the CSV metrics
 of the stopped attempt."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -57,8 +58,8 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 def test_sigterm_checkpoints_and_resume_alone_finishes_the_run(tmp_path):
     """One GRPO stage of 30 steps (1 a round); SIGTERM once the first round-end checkpoint exists. The
     run writes last.ckpt at the step it stopped and exits 143; `resume=true hydra.run.dir=DIR` alone then
-    continues with the recorded settings (30 steps, csv logger) and leaves the stopped attempt's
-    metrics.csv as it was, logging the rest to csv/grpo-resume-1/."""
+    continues with the recorded settings (30 steps, csv logger) in the same metrics.csv: the stopped
+    attempt's rows up to its checkpoint, then the resumed part's."""
     out = tmp_path / "run"
     args = [*SMALL, "algorithm=grpo", "trainer.max_steps=30", "logger=csv", "checkpoint_every_n_rounds=1",
             f"hydra.run.dir={out}"]
@@ -69,21 +70,30 @@ def test_sigterm_checkpoints_and_resume_alone_finishes_the_run(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "stopped by SIGTERM at step" in output and f"resume=true hydra.run.dir={out}" in output, output[-3000:]
     last = out / "checkpoints" / "grpo" / "last.ckpt"
-    step = torch.load(last, weights_only=False, map_location="cpu")["global_step"]
+    state = torch.load(last, weights_only=True, map_location="cpu")
+    step, rows = state["global_step"], state["callbacks"]["ResumeState"]["log_rows"]
     assert f"stopped by SIGTERM at step {step}; checkpoint written to {last}" in output
     assert 1 <= step < 30 and not (out / "summary.json").exists()
-    metrics = (out / "csv" / "grpo" / "metrics.csv").read_bytes()
+    stopped = filled_rows(out / "csv" / "grpo" / "metrics.csv")
+    assert len(stopped) == rows > 0
 
     resumed = train("resume=true", f"hydra.run.dir={out}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "(resuming from" in resumed.stdout and "before the stage (from the checkpoint)" in resumed.stdout
     summary = json.loads((out / "summary.json").read_text())["grpo"]
     assert summary["train/steps"] == 30 and summary["rollout/rounds"] == 30  # the run's own max_steps
-    assert (out / "csv" / "grpo" / "metrics.csv").read_bytes() == metrics
-    assert (out / "csv" / "grpo-resume-1" / "metrics.csv").is_file()
+    continued = filled_rows(out / "csv" / "grpo" / "metrics.csv")
+    assert continued[:rows] == stopped and len(continued) > rows
+    assert max(int(r["step"]) for r in continued) == 30 and sorted(p.name for p in (out / "csv").iterdir()) == ["grpo"]
     record = json.loads((out / "run.json").read_text())
     assert record["resumes"] == [{"started": record["resumes"][0]["started"],
                                   "overrides": ["resume=true"], "changes": []}]
+
+
+def filled_rows(path: Path) -> list[dict]:
+    """A metrics.csv's rows, their empty cells left out (a later header may add columns)."""
+    with path.open(newline="") as f:
+        return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
 
 
 def test_a_run_that_fails_before_its_first_step_leaves_no_trace_and_the_corrected_command_runs_there(tmp_path):

@@ -117,7 +117,7 @@ def test_a_killed_run_resumes_bit_identically(tmp_path, case):
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL and stage not in stages_done(killed)
     ckpt = resume_checkpoint(killed / "checkpoints" / stage)
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
     start = state["global_step"]
     resumed = train("resume=true", f"hydra.run.dir={killed}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

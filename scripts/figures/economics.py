@@ -171,3 +171,5 @@ register(Figure("economics_digits3", "The experience economist on 3-digit sums (
 register(Figure("economics_tokens", "The experience economist on the embedded task at equal generated tokens",
                 "32 min at 1 thread on the 2-core machine (e94081b): 3 SFT + 15 GRPO runs to 180k generated tokens",
                 commands_for([], TOKENS, TOKEN_BUDGET), render_for(TOKENS, TOKEN_BUDGET)))
+
+from scripts.figures import economics_v2  # noqa: E402,F401  (registers the measurement v2 figure, issue 33)

@@ -28,12 +28,12 @@ CASES: list[Case] = [
       "reinforce_pp, rejection_sampling, reward_model, rloo, sft, spin); did you mean algorithm=grpo?", when="command line"),
     C("experiment-typo", "a misspelled experiment", ("experiment=quickstar",),
       "error: experiment=quickstar: there is no experiment=quickstar (choices: grpo_code, instructgpt, onpolicy_vs_replay, "
-      "quickstart, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, sft_then_spin, short_sft_adaptive, short_sft_dpo, short_sft_grpo, single, "
+      "quickstart, quickstart_smoke, rm_vs_gold, sft_then_dpo, sft_then_online_dpo, sft_then_spin, short_sft_adaptive, short_sft_dpo, short_sft_grpo, single, "
       "tool_use, tool_use_chat); did you mean experiment=quickstart?",
       when="command line"),
     C("sweep-choice-typo", "a misspelled choice in a sweep", ("-m", "correction=ppo_clip,trunc_is"),
-      "error: correction=ppo_clip,trunc_is: there is no correction=trunc_is (choices: masked_is, none, ppo_clip, "
-      "truncated_is); did you mean correction=truncated_is?", when="command line"),
+      "error: correction=ppo_clip,trunc_is: there is no correction=trunc_is (choices: decoupled_ppo, masked_is, none, "
+      "ppo_clip, truncated_is); did you mean correction=truncated_is?", when="command line"),
     C("unparsable", "an override that does not parse", ("algorithm.beta=[0.1",),
       "error: 'algorithm.beta=[0.1' is not a valid override (no viable alternative at input '[0.1'); quote a value "
       "holding spaces or brackets: 'key=\"a b\"'", when="command line"),

@@ -116,7 +116,7 @@ def test_resume_restores_the_controller_exactly(tmp_path, selection):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=1, every_n_epochs=1,
                                  save_on_train_epoch_end=True, enable_version_counter=False)
     _, dm, _ = fit(stage, 6, [checkpoint])
-    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["AdaptiveDataModule"]
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)["AdaptiveDataModule"]
     assert saved == dm.state_dict() and saved["policy"]["evidence"]  # posteriors, EMAs, limit, rng
     seen = {}
 

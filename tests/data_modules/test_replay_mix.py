@@ -117,7 +117,7 @@ def test_resume_restores_the_buffer_exactly(tmp_path):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=1, every_n_epochs=1,
                                  save_on_train_epoch_end=True, enable_version_counter=False)
     _, dm, regenerate = fit(stage, 6, [checkpoint])
-    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert saved["ReplayMixDataModule"] == dm.state_dict()  # the buffer is in the checkpoint, exactly
 
     seen = {}

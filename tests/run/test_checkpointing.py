@@ -61,7 +61,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_names_the_file(tmp_path, 
     assert digests(tmp_path) == seen["before"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch=0-step=2.ckpt", "last.ckpt"]
     assert (tmp_path / "last.ckpt").resolve().name == "epoch=0-step=2.ckpt"
-    assert torch.load(tmp_path / "last.ckpt", weights_only=False)["global_step"] == 2
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 2
 
 
 def test_resume_takes_last_ckpt_or_else_the_newest_periodic_checkpoint(tmp_path):
@@ -237,7 +237,7 @@ def test_a_real_full_disk_names_the_file_keeps_the_previous_checkpoint_and_resum
     assert "free some disk space and resume with resume=true" in message and e.value.errno == errno.ENOSPC
     assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "last.ckpt"]  # no .tmp left
     (tiny_tmpfs / "filler").unlink()
-    assert torch.load(folder / "last.ckpt", weights_only=False)["global_step"] == 2
+    assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 2
     resumed = L.Trainer(max_epochs=3, limit_train_batches=2, limit_val_batches=0, logger=False,
                         plugins=[AtomicCheckpointIO()], enable_progress_bar=False, enable_model_summary=False,
                         num_sanity_val_steps=0, default_root_dir=tiny_tmpfs)
@@ -270,4 +270,4 @@ def test_an_error_after_the_first_step_writes_last_ckpt_first(tmp_path, fail_at)
     if fail_at == 0:
         assert list(tmp_path.iterdir()) == []
     else:
-        assert torch.load(tmp_path / "last.ckpt", weights_only=False)["global_step"] == fail_at
+        assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == fail_at

@@ -184,8 +184,7 @@ def test_real_stage_configs_as_composed_from_conf(hydra_conf, tmp_path):
     run, policy = fake_run(tmp_path, overrides=TINY)
     for name, cfg in stages.items():  # what run/stages.set_run_fields adds (without importing Lightning)
         with open_dict(cfg):
-            cfg.run = {"output_dir": str(run), "stage": name, "group": "g", "name": "n", "wandb_id": None,
-                       "log_version": name}
+            cfg.run = {"output_dir": str(run), "stage": name, "group": "g", "name": "n", "wandb_id": None}
     card = model_card(policy, run, stages, SUMMARY)
     assert row(section(card, "Stages"), "1")[1:3] == ["sft", "sft"]
     assert "replay_ratio=0.5" in row(section(card, "Stages"), "2")[4]

@@ -96,6 +96,7 @@ class Evaluate(OpenNode):
     every_n_steps: NonNegativeInt = None
     schedule: must(list[Annotated[int, Field(gt=0)]] | str | None, "a list of positive steps [10, 50], a string "
                    "\"EVERY:UNTIL,...,EVERY\", or null (every_n_steps)") = None
+    every_n_tokens: optional(PositiveInt, "(off)") = None
     num_examples: optional(PositiveInt, "for all") = None
     verifier: must(Literal["auto", "exact"] | OpenNode | None,
                    "auto, exact or a reward node ({_target_: ...})") = None
