@@ -1,24 +1,26 @@
-"""Regenerate the results tables the README quotes: each figure runs its commands (train.py multiruns,
-bench/ scripts), reads their outputs, writes docs/results/<name>.md and splices its table into README.md.
+"""Regenerate the results tables the README and docs quote: each figure runs its commands (train.py multiruns,
+bench/ scripts), reads their outputs, writes docs/results/<name>.md and splices its table into the page that
+holds its block (README.md or a docs/*.md page).
 
     python -m scripts.readme_figures --list                    # the figures, their commands and durations
     python -m scripts.readme_figures --only quickstart         # one figure (or --only a,b); none: all (hours)
     python -m scripts.readme_figures --only quickstart --smoke # shrunk steps and seeds, into a temp dir (or
-                                                               # --out DIR): docs/results and README untouched
-    python -m scripts.readme_figures --readme                  # only re-splice README.md from docs/results/
+                                                               # --out DIR): docs/results and the pages untouched
+    python -m scripts.readme_figures --readme                  # only re-splice the pages from docs/results/
 
 docs/results/<name>.md starts with a header: the command (this script's invocation) and the commands it
 ran, the git commit (and whether tracked files had uncommitted changes), the date (UTC), the machine (CPU
 model, cores, torch threads, OMP_NUM_THREADS) and the 1-minute load average at the start and the end (a
-busy machine shows), and a status line; then the table(s) the README shows; then `## Notes`, for the
+busy machine shows), and a status line; then the table(s) the page shows; then `## Notes`, for the
 file only. A file converted from a table measured before this script existed says so in its status line
 and names the command that measured it: it is not regenerated until this script has run it.
 
-The README rule, checked by tests/test_readme_figures.py: every Markdown table in README.md is either a
+The rule, checked by tests/test_readme_figures.py: every Markdown table in README.md (and in each docs page
+that holds a figure block) is either a
 figure block, `<!-- figure:NAME -->` … `<!-- /figure:NAME -->` for a registered NAME, whose first line is
 a caption naming the commit and the command, or a reference table (no measured numbers: config groups,
 the metrics glossary) with `<!-- not-a-figure: why -->` on the line right above it. A measured table that
-no command produces has no place in the README.
+no command produces has no place in those pages.
 
 Figures are registered in scripts/figures/training.py (train.py multiruns) and scripts/figures/bench.py
 (bench/ scripts). Each run's outputs stay in multirun/figures/<name>-<UTC time>/ (git-ignored).
@@ -36,7 +38,7 @@ from pathlib import Path
 
 from scripts.figures import training, bench, economics  # noqa: F401,I001  (they register their figures, in this order)
 from scripts.figures.provenance import ROOT, Provenance, header
-from scripts.figures.readme import NOTES, README, RESULTS, blocks, block_body, splice, splice_file
+from scripts.figures.readme import NOTES, RESULTS, block_body, page_of, splice, splice_file
 from scripts.figures.registry import FIGURES, PENDING, Figure
 
 
@@ -87,14 +89,18 @@ def make(figure: Figure, out: Path, smoke: bool, invocation: str) -> str:
     return results_text(figure, prov, out, smoke)
 
 
-def write(name: str, text: str, results: Path, readme: Path) -> None:
-    """docs/results/<name>.md (smoke: under --out), and the figure's README block when it has one."""
+def write(name: str, text: str, results: Path, copy_to: Path | None = None) -> None:
+    """docs/results/<name>.md (smoke: under --out), and the figure's block in the page that holds it
+    (README.md or a docs page; smoke: in a copy of that page under `copy_to`, the page itself untouched)."""
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{name}.md").write_text(text)
-    shown_in = name in blocks(readme.read_text())
-    if shown_in:
-        readme.write_text(splice(readme.read_text(), name, block_body(name, text)))
-    print(f"wrote {results / f'{name}.md'}" + (f" and its block in {readme}" if shown_in else ""))
+    page = page_of(name)
+    target = page if copy_to is None or page is None else copy_to / page.name
+    if page is not None:
+        if not target.exists():
+            target.write_text(page.read_text())
+        target.write_text(splice(target.read_text(), name, block_body(name, text, page), target.name))
+    print(f"wrote {results / f'{name}.md'}" + (f" and its block in {target}" if page is not None else ""))
 
 
 def selected(only: str | None) -> list[Figure]:
@@ -119,28 +125,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--only", help="comma-separated figure names (default: every figure)")
     p.add_argument("--list", action="store_true", help="list the figures and their commands")
     p.add_argument("--smoke", action="store_true", help="shrunk steps and seeds, written under --out (a temp dir)")
-    p.add_argument("--out", type=Path, help="where the runs go (smoke: also the results and a README copy)")
-    p.add_argument("--readme", action="store_true", help="only splice docs/results/*.md into README.md")
+    p.add_argument("--out", type=Path, help="where the runs go (smoke: also the results and a copy of the page)")
+    p.add_argument("--readme", action="store_true", help="only splice docs/results/*.md into the pages holding them")
     args = p.parse_args(argv)
     if args.list:
         return list_figures()
     if args.readme:
-        for f in selected(args.only):
-            splice_file(f.name)
-        return print(f"spliced {len(selected(args.only))} figure(s) into {README}")
+        spliced = {f.name: splice_file(f.name) for f in selected(args.only)}
+        return print(f"spliced {len(spliced)} figure(s) into {', '.join(sorted({p.name for p in spliced.values()}))}")
     invocation = shown(["python", "-m", "scripts.readme_figures", *(argv if argv is not None else sys.argv[1:])])
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     for f in selected(args.only):
         if args.smoke:
             out = (args.out or Path(tempfile.mkdtemp(prefix="readme-figures-"))).resolve() / f.name
-            readme = out.parent / "README.md"
             out.parent.mkdir(parents=True, exist_ok=True)
-            if not readme.exists():
-                readme.write_text(README.read_text())
-            write(f.name, make(f, out, True, invocation), out.parent / "results", readme)
+            write(f.name, make(f, out, True, invocation), out.parent / "results", copy_to=out.parent)
         else:
             out = args.out / f.name if args.out else Path("multirun/figures") / f"{f.name}-{stamp}"
-            write(f.name, make(f, out, False, invocation), RESULTS, README)
+            write(f.name, make(f, out, False, invocation), RESULTS)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""README's results tables are figures of `python -m scripts.readme_figures` (issue 21): every table sits in
-a registered figure block whose caption names a commit and a command, or is marked as a reference table;
-every figure's docs/results file has its header; one figure runs end to end through its real commands."""
+"""The results tables of README.md and the docs pages are figures of `python -m scripts.readme_figures`: in
+README.md and in every docs page that holds a figure block, every table sits in a registered figure block
+whose caption names a commit and a command, or is marked as a reference table; every registered figure has
+one block, in one page; every figure's docs/results file has its header; one figure runs end to end."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,8 @@ import pytest
 
 from bench.tables import readme_table
 from scripts.figures.provenance import FIELDS, read_header, short_commit
-from scripts.figures.readme import README, RESULTS, block_body, blocks, loose_tables, splice
+from scripts.figures.readme import (README, RESULTS, block_body, blocks, loose_tables, page_of, pages,
+                                    pages_with_blocks, results_link, splice)
 from scripts import readme_figures
 from scripts.figures import registry
 from scripts.figures.registry import FIGURES, PENDING, Figure
@@ -24,20 +26,35 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMAND = re.compile(r"`(?:[A-Z_]+=\S+ )*(?:python|bash|env) [^`]+`")  # a command, maybe after VAR=value
 
 
-def test_every_readme_table_is_a_figure_or_a_marked_reference_table():
-    loose = loose_tables(README.read_text())
-    assert not loose, (f"README.md lines {loose}: a table outside any <!-- figure:NAME --> block and without "
-                       "<!-- not-a-figure: why --> right above it (scripts/readme_figures.py's docstring)")
+RULED = sorted({README, *pages_with_blocks()})  # README.md and each docs page that holds a figure block
+
+
+@pytest.mark.parametrize("page", RULED, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_table_is_a_figure_or_a_marked_reference_table(page):
+    loose = loose_tables(page.read_text())
+    assert not loose, (f"{page.relative_to(ROOT)} lines {loose}: a table outside any <!-- figure:NAME --> block and "
+                       "without <!-- not-a-figure: why --> right above it (scripts/readme_figures.py's docstring)")
 
 
 def test_every_figure_block_is_registered_and_its_caption_names_a_commit_and_a_command():
-    found = blocks(README.read_text())
-    assert found, "README.md has no figure blocks"
-    for name, body in found.items():
-        assert name in FIGURES, f"README block {name!r} names no registered figure ({', '.join(FIGURES)})"
-        first = body.splitlines()[0]
-        assert re.search(r"\b[0-9a-f]{7,40}\b", first), f"{name}: the caption names no commit: {first}"
-        assert COMMAND.search(first), f"{name}: the caption names no command: {first}"
+    found = pages_with_blocks()
+    assert README in found and "quickstart" in found[README], "README.md lost the default run's figure block"
+    for page, named in found.items():
+        for name, body in named.items():
+            assert name in FIGURES, f"{page.name} block {name!r} names no registered figure ({', '.join(FIGURES)})"
+            first = body.splitlines()[0]
+            assert re.search(r"\b[0-9a-f]{7,40}\b", first), f"{name}: the caption names no commit: {first}"
+            assert COMMAND.search(first), f"{name}: the caption names no command: {first}"
+
+
+def test_every_figure_has_one_block_in_one_page():
+    """A registered figure is shown once: in README.md or one docs page, never in two, never nowhere."""
+    where = {}
+    for page, named in pages_with_blocks().items():
+        for name in named:
+            where.setdefault(name, []).append(page.relative_to(ROOT).as_posix())
+    assert {n: w for n, w in where.items() if len(w) > 1} == {}
+    assert [n for n in FIGURES if n not in where] == [], "figures with no block in README.md or docs/*.md"
 
 
 @pytest.mark.parametrize("name", list(FIGURES))
@@ -51,11 +68,30 @@ def test_each_figure_has_its_results_file_with_every_header_field(name):
     assert "|---" in path.read_text(), f"{path}: no table"
 
 
-def test_readme_blocks_show_their_results_files():
-    """What README shows is exactly what docs/results holds (`python -m scripts.readme_figures --readme`)."""
-    for name, body in blocks(README.read_text()).items():
-        assert body == block_body(name, (RESULTS / f"{name}.md").read_text()), (
-            f"README block {name} differs from docs/results/{name}.md: python -m scripts.readme_figures --readme")
+def test_blocks_show_their_results_files():
+    """What each page shows is exactly what docs/results holds, its caption linking the results file from
+    that page (`python -m scripts.readme_figures --readme`)."""
+    for page, named in pages_with_blocks().items():
+        for name, body in named.items():
+            assert body == block_body(name, (RESULTS / f"{name}.md").read_text(), page), (
+                f"{page.name} block {name} differs from docs/results/{name}.md: python -m scripts.readme_figures --readme")
+            assert (page.parent / results_link(name, page)).is_file()
+
+
+def test_a_block_is_found_and_spliced_in_the_docs_page_that_holds_it(tmp_path):
+    """A block moved to docs/: page_of finds it there, and splice_file rewrites it there with the caption's link
+    relative to docs/ (results/NAME.md), README.md untouched."""
+    from scripts.figures.readme import splice_file
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("# r\n")
+    page = tmp_path / "docs" / "bench.md"
+    page.write_text("# b\n<!-- figure:speed_tiny -->\nold\n<!-- /figure:speed_tiny -->\n")
+    assert page_of("speed_tiny", tmp_path) == page and pages(tmp_path)[0] == tmp_path / "README.md"
+    results = RESULTS / "speed_tiny.md"
+    assert splice_file("speed_tiny", page_of("speed_tiny", tmp_path), RESULTS) == page
+    body = blocks(page.read_text())["speed_tiny"]
+    assert "([docs/results/speed_tiny.md](results/speed_tiny.md))" in body.splitlines()[0]
+    assert body == block_body("speed_tiny", results.read_text(), page) and (tmp_path / "README.md").read_text() == "# r\n"
 
 
 def test_loose_tables_rule():
