@@ -18,6 +18,7 @@ from typing import Iterable, NoReturn
 from callbacks.regenerate import DroppedRoundsError
 from data_modules.preference_files import PreferenceDataError
 from data_modules.store_checks import StoreDataError
+from generators.async_engine import EngineError
 from models.hf_checks import ModelFolderError
 from rewards.sandbox import SandboxUnavailable
 from run.checkpointing import CheckpointWriteError
@@ -34,7 +35,7 @@ class ConfigError(ValueError):
 
 
 USER_ERRORS = (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
-               NonFiniteLossError, CheckpointWriteError, DroppedRoundsError, StoreDataError)
+               NonFiniteLossError, CheckpointWriteError, DroppedRoundsError, StoreDataError, EngineError)
 
 
 def user_error(exc: BaseException) -> BaseException | None:
