@@ -16,6 +16,7 @@ behind the version that serves it (`past_bound`: wait | drop). k = 0 is the sync
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import lightning as L
 import torch
@@ -32,6 +33,7 @@ from hardware.console import say
 from hardware.sharding import full_weights
 from losses.kl import k3
 from rewards.base import RewardSource, ScoreReport, safe_score
+from tasks.base import Example
 
 SHORT_EVERY = 50  # dynamic sampling's "short round" console line: the first, then at most one every N rounds
 
@@ -119,11 +121,16 @@ class RegenerateExperience(L.Callback):
              "dynamic_totals", "tool_totals", "pending_prompts")  # checkpointed
 
     def state_dict(self) -> dict:
-        return copy.deepcopy({k: getattr(self, k) for k in self.STATE})
+        state = copy.deepcopy({k: getattr(self, k) for k in self.STATE})
+        if state["pending_prompts"] is not None:  # plain types: a checkpoint loads with weights_only
+            state["pending_prompts"] = [(dataclasses.asdict(ex), ids, gid) for ex, ids, gid in state["pending_prompts"]]
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         for k in self.STATE:  # a key an older checkpoint lacks keeps its fresh value
             setattr(self, k, copy.deepcopy(state.get(k, getattr(self, k))))
+        if self.pending_prompts is not None:
+            self.pending_prompts = [(Example(**ex), ids, gid) for ex, ids, gid in self.pending_prompts]
 
     def regenerate(self, trainer: L.Trainer, pl_module, trigger: str = "schedule") -> list[ExperienceRecord]:
         """Make one round; `trigger` is why (start | schedule | ess | kl | staleness | target_kl)."""

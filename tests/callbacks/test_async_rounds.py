@@ -13,9 +13,11 @@ import torch
 import torch.multiprocessing as mp
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import open_dict
 
 from generators.async_engine import EngineError
+from run.checkpointing import ResumeState
 from run.errors import ConfigError, format_error, user_error
 from run.stages import plan_stages
 from tests.conftest import CONF
@@ -111,3 +113,28 @@ def test_bad_async_values_are_refused_at_plan_time_in_one_line(extra, said):
     problems = plan(*extra).problems
     assert any(said in p for p in problems), problems
     assert all("\n" not in p for p in problems)
+
+
+def test_a_resumed_run_generates_the_round_in_flight_again_and_counts_it_once(tmp_path):
+    """A round-end checkpoint holds the next round's prompts, handed to the engine but neither trained nor
+    counted: a run resumed from it (as after kill -9 during the next round) hands exactly those to a new
+    engine, so it serves the same groups at the same steps as the run never stopped, and counts each
+    generated record once."""
+    stage = stage_cfg(tmp_path, ASYNC)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", filename="round{epoch}", save_top_k=-1, every_n_epochs=1,
+                                 save_on_train_epoch_end=True, enable_version_counter=False)
+    whole, resumed = ServedRecorder(), ServedRecorder()
+    trainer, module, dm, regenerate = build_parts(stage, 4, [ResumeState(tmp_path / "l.ckpt"), checkpoint, whole])
+    trainer.fit(module, datamodule=dm)
+    assert regenerate.totals["records_generated"] == 4 * 16
+    never_stopped = {step: sorted({g for g, _, _, _ in s}) for step, s in whole.epochs}
+
+    after_two = tmp_path / "ckpt" / "roundepoch=1.ckpt"  # the end of round 2: round 3 made, round 4 in flight
+    state = next(v for k, v in torch.load(after_two, weights_only=False)["callbacks"].items() if "Regenerate" in k)
+    assert state["rounds"] == 3 and state["totals"]["records_generated"] == 3 * 16
+    assert [gid for _, _, gid in state["pending_prompts"]] == never_stopped[3]
+    trainer, module, dm, regenerate = build_parts(stage, 4, [ResumeState(tmp_path / "l.ckpt"), resumed])
+    trainer.fit(module, datamodule=dm, ckpt_path=after_two)
+    served = {step: sorted({g for g, _, _, _ in s}) for step, s in resumed.epochs}  # the later entry wins
+    assert served == {2: never_stopped[2], 3: never_stopped[3]}
+    assert regenerate.totals["records_generated"] == 4 * 16 and not engines_alive()
