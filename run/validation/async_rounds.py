@@ -34,6 +34,10 @@ def check_async(cfg: DictConfig, errors: list[str]) -> None:
     if raw(cfg, "algorithm.dynamic_sampling"):
         errors.append(f"{said} with algorithm.dynamic_sampling=true: DAPO's refills depend on the round's rewards; "
                       f"use max_staleness=0 with dynamic sampling")
+    accelerator = raw(cfg, "trainer.accelerator")
+    if accelerator != "cpu":
+        errors.append(f"{said} with trainer.accelerator={accelerator}: the engine process runs on CPU only for now "
+                      f"(an engine on the GPU is not built yet); use max_staleness=0 or hardware=cpu")
     trainer = cfg.get("trainer")
     if trainer is not None and is_int(trainer.get("devices", 1)) and is_int(trainer.get("num_nodes", 1)) \
             and world_size_of(trainer) > 1:

@@ -74,6 +74,24 @@ def test_staleness_one_trains_each_round_one_version_behind(tmp_path):
     assert not engines_alive()
 
 
+@pytest.mark.parametrize(("past_bound", "behind", "dropped"), [("wait", 1, 0), ("drop", 0, 3)])
+def test_rounds_of_two_steps_past_a_bound_of_one(tmp_path, past_bound, behind, dropped):
+    """Two optimizer steps a round, max_staleness=1: a round generated at the previous round's start would
+    be 2 versions behind. wait: the engine starts it only once the round's first step is pushed, so it
+    is served 1 behind; drop: the engine starts at once, the round arrives 2 behind, is dropped and made
+    again here (0 behind), counted."""
+    extra = [o.replace("data.batch_size=16", "data.batch_size=8") for o in ASYNC]
+    stage = stage_cfg(tmp_path, extra + [f"callbacks.regenerate.past_bound={past_bound}"])
+    recorder = ServedRecorder()
+    trainer, module, dm, regenerate = build_parts(stage, 8, [recorder])
+    trainer.fit(module, datamodule=dm)
+    first_steps = [{step - version for _, version, _, _ in served} for step, served in recorder.epochs][:4]
+    assert first_steps == [{0}] + [{behind}] * 3
+    summary = regenerate.summary()
+    assert summary["rollout/async_dropped_rounds"] == dropped and summary["rollout/async_dropped_records"] == 16 * dropped
+    assert summary["cost/records_generated"] == 4 * 16  # a dropped round's samples are not counted as trained-on
+
+
 class KillEngine(L.Callback):
     """SIGKILL the engine process before the second optimizer step."""
 
@@ -108,6 +126,7 @@ def plan(*extra: str) -> ConfigError:
     (["callbacks.regenerate.max_staleness=1", "correction=none"], "correction=decoupled_ppo"),
     (["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "trainer.devices=2"], "2 ranks"),
     (["callbacks.regenerate.max_staleness=2", "correction=decoupled_ppo", "env=calculator"], "env="),
+    (["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "trainer.accelerator=gpu"], "CPU only"),
 ])
 def test_bad_async_values_are_refused_at_plan_time_in_one_line(extra, said):
     problems = plan(*extra).problems
