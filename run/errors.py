@@ -33,13 +33,15 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from callbacks.regenerate import DroppedRoundsError
     from data_modules.preference_files import PreferenceDataError
     from data_modules.store_checks import StoreDataError
+    from generators.async_engine import EngineError
     from models.hf_checks import ModelFolderError
     from rewards.sandbox import SandboxUnavailable
     from run.checkpointing import CheckpointReadError, CheckpointWriteError
     from tasks.jsonl import DataFileError
     from trainers.base import NonFiniteLossError
     return (ConfigError, DataFileError, PreferenceDataError, ModelFolderError, SandboxUnavailable,
-            NonFiniteLossError, CheckpointWriteError, CheckpointReadError, DroppedRoundsError, StoreDataError)
+            NonFiniteLossError, CheckpointWriteError, CheckpointReadError, DroppedRoundsError, StoreDataError,
+            EngineError)
 
 
 def user_error(exc: BaseException) -> BaseException | None:

@@ -90,6 +90,10 @@ class Run(Node):
 
 class Regenerate(OpenNode):
     max_dropped_rounds: PositiveInt = None
+    max_staleness: NonNegativeInt = None
+    past_bound: must(Literal["wait", "drop"], "wait or drop") = None
+    engine_timeout_s: PositiveNumber = None
+    engine_threads: PositiveInt = None
 
 
 class Evaluate(OpenNode):
