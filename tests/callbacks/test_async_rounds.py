@@ -127,6 +127,10 @@ def plan(*extra: str) -> ConfigError:
     (["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "trainer.devices=2"], "2 ranks"),
     (["callbacks.regenerate.max_staleness=2", "correction=decoupled_ppo", "env=calculator"], "env="),
     (["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "trainer.accelerator=gpu"], "CPU only"),
+    (["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "trainer.precision=bf16-mixed"],
+     "not the engine's older version"),  # the mixed-precision rescoring would relabel stale samples as fresh
+    (["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "algorithm.dynamic_sampling=true"],
+     "dynamic sampling"),
 ])
 def test_bad_async_values_are_refused_at_plan_time_in_one_line(extra, said):
     problems = plan(*extra).problems
