@@ -198,7 +198,7 @@ class HeldOutEvaluation(L.Callback):
                          f"data is evaluated by callbacks.preference_eval; callbacks.evaluate.on_other_data=true "
                          f"evaluates the task anyway)")
             return
-        if is_verifier(self.verifier) and self.task.heldout and not any(ex.answer for ex in self.task.heldout):
+        if is_verifier(self.verifier) and self.task.heldout and not any(getattr(ex, "answer", True) for ex in self.task.heldout):
             self.active = False  # every answer would score wrong: an accuracy of 0 that measures nothing
             say(trainer, f"[eval] no held-out accuracy on task {self.task.name!r}: its held-out rows are prompt-only "
                          f"(no reference answer) and {self.why} checks answers (callbacks.evaluate.verifier names "

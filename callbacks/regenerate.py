@@ -26,7 +26,7 @@ from callbacks.async_rounds import AsyncRounds
 from callbacks.dynamic_sampling import GenBatch, annotate_by_rank, fill_round, merged
 from callbacks.episodes import Sampled, as_episode, sample
 from callbacks.logging import log_now
-from callbacks.round_signal import signal_metrics
+from callbacks.round_signal import previous_round, signal_metrics
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from data_modules.state_checks import StateError, integer, mapping, number, sequence, within
 from generators.base import GenerationOutput, completion_texts, finished, sampling_precision, stop_ids
@@ -168,6 +168,7 @@ class RegenerateExperience(L.Callback):
     def regenerate(self, trainer: L.Trainer, pl_module, trigger: str = "schedule") -> list[ExperienceRecord]:
         """Make one round; `trigger` is why (start | schedule | ess | kl | staleness | target_kl)."""
         dm = trainer.datamodule
+        previous = previous_round(dm) if self.rounds else []  # the round that just ended (checkpointed with dm)
         self.triggers[trigger] = self.triggers.get(trigger, 0) + 1
         if trigger not in ("start", "schedule"):
             say(trainer, f"[rollout] step {trainer.global_step}: round ended early ({trigger}); regenerating")
@@ -199,7 +200,7 @@ class RegenerateExperience(L.Callback):
         else:
             self._all_dropped(trainer, dm, report, bool(rewards))
         self._account(trainer, pl_module, prompt_tokens, out, report, rewards, mismatch)
-        log_now(trainer, signal_metrics(self, pl_module, records, out))  # z, tokens/informative group, ... (issue 33)
+        log_now(trainer, signal_metrics(self, pl_module, records, out, previous))  # z, tokens/informative group, ...
         if self.ahead is not None:  # the next round is generated while this one trains
             self.ahead.started_round(records)
             self.pending_prompts = dm.next_prompts()

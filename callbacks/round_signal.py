@@ -57,7 +57,8 @@ def kl_after_update(pl_module, served: list[ExperienceRecord]) -> dict[str, floa
     that annotates."""
     fresh = [r for r in served if getattr(r, "served_as", None) == "fresh"
              and getattr(r, "behaviour_logprobs", None)][:KL_SAMPLE]
-    if not fresh or distributed.world_size() > 1 or not hasattr(pl_module, "frozen_logprobs"):
+    if not fresh or distributed.world_size() > 1 or not all(hasattr(pl_module, a) for a in (
+            "frozen_logprobs", "annotation_batches", "collate")):  # rejection sampling's SFT module has no collate
         return {}
     total, tokens = 0.0, 0
     was_training = pl_module.policy.training
@@ -76,15 +77,20 @@ def kl_after_update(pl_module, served: list[ExperienceRecord]) -> dict[str, floa
     return {"rollout/kl_after_update": total / tokens} if tokens else {}
 
 
-def signal_metrics(regen, pl_module, records: list[ExperienceRecord], out) -> dict[str, float]:
+def previous_round(dm) -> list:
+    """The fresh records of the round the data module serves now (called before the next round is made: the
+    round that just ended), at most KL_SAMPLE, with behaviour log-probs; read from the data module, whose
+    state is checkpointed, so a resumed stage measures the same round an uninterrupted one does."""
+    served = getattr(dm, "epoch_records", lambda: [])() if getattr(dm, "online", False) else []
+    return [r for r in served if getattr(r, "served_as", None) == "fresh"
+            and getattr(r, "behaviour_logprobs", None)][:KL_SAMPLE]
+
+
+def signal_metrics(regen, pl_module, records: list[ExperienceRecord], out, previous: list) -> dict[str, float]:
     """The new round's metrics for RegenerateExperience.regenerate (`out`: its GenerationOutput): the
-    round's own, and the KL after update of the round before it, whose sample it keeps until the next call
-    (not checkpointed: a resumed stage's first round has none)."""
+    round's own, and the KL after update of `previous`, the round before it (previous_round)."""
     if not all(isinstance(r, ExperienceRecord) for r in records):  # online DPO's and SPIN's pairs: their
         return {}  # rounds have no group rewards to tie and no behaviour log-probs (rollout/* say theirs)
-    previous = getattr(regen, "_signal_previous", [])
-    regen._signal_previous = [r for r in records if getattr(r, "behaviour_logprobs", None)][:KL_SAMPLE]  # online
-    # DPO's and SPIN's rounds are PreferenceRecords: no behaviour log-probs, no KL after update
     tokens = sum(len(c) for c in getattr(out, "completions", []))
     return round_signal(records, tokens, regen.round_extra, getattr(pl_module, "beta", None)) | (
         kl_after_update(pl_module, previous) if previous else {})

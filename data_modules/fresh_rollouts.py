@@ -12,6 +12,7 @@ from data_modules.buffer import ExperienceBuffer
 from data_modules.experience import ExperienceRecord
 from data_modules.state_checks import field, integer
 from data_modules.store import ExperienceStore
+from hardware import distributed
 from tasks.base import Example, Task, encode_example
 
 
@@ -25,7 +26,9 @@ class FreshRolloutsDataModule(ExperienceDataModule):
         self.prompts_per_round, self.group_size = prompts_per_round, group_size
         self.passes = epochs_per_round
         self.buffer = self.make_buffer(buffer_capacity)
-        self.store = ExperienceStore(store, tokenizer) if store else None
+        # rank 0 alone writes the store (every rank holds the whole round): two ranks writing one folder raced
+        # for its file names (FileExistsError on the slower rank)
+        self.store = ExperienceStore(store, tokenizer) if store and distributed.is_zero() else None
         self.cursor, self.next_group_id, self.rounds_put = 0, 0, 0
         self._order = list(range(len(task.train)))
         random.Random(seed).shuffle(self._order)

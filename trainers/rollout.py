@@ -32,6 +32,11 @@ def staleness_bucket(staleness: int) -> str:
     raise AssertionError(staleness)
 
 
+def needs_proximal(correction: Callable) -> bool:
+    """Whether `correction` (a function or its partial) clips against π_prox (losses.correction.decoupled_ppo)."""
+    return getattr(getattr(correction, "func", correction), "needs_proximal", False)
+
+
 class RolloutModule(PolicyModule):
     """`correction(logprobs, behaviour_logprobs, advantages, mask)` → (per-token loss, metrics) is one of
     losses.correction's functions; β·KL(π ‖ π_ref) is added per token when beta > 0. The reference is
@@ -96,7 +101,7 @@ class RolloutModule(PolicyModule):
     @property
     def needs_proximal(self) -> bool:
         """Whether the correction clips against π_prox (losses.correction.decoupled_ppo)."""
-        return getattr(getattr(self.correction, "func", self.correction), "needs_proximal", False)
+        return needs_proximal(self.correction)
 
     def annotate_proximal(self, served: list[ExperienceRecord]) -> None:
         """π_prox's log-probs for every record the round serves: the weights at the round's start, before
@@ -158,7 +163,7 @@ class RolloutModule(PolicyModule):
                     ) -> tuple[torch.Tensor, dict]:
         """Per-token corrected policy-gradient loss [B, T] (+ β·KL to the reference) and its metrics."""
         mask = batch.completion_mask
-        proximal = {"prox_logprobs": batch.prox_logprobs} if self.needs_proximal else {}
+        proximal = {"prox_logprobs": batch.prox_logprobs} if needs_proximal(self.correction) else {}
         per_token, metrics = self.correction(logp, batch.behaviour_logprobs, advantages, mask, **proximal)
         if self.use_reference:
             # Off the completion mask both inputs are 0 (d = 0): a log-prob there, e.g. of the pad after a

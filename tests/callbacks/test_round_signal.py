@@ -7,7 +7,7 @@ import math
 import pytest
 
 import callbacks.regenerate as regenerate_module
-from callbacks.round_signal import kl_after_update, round_signal
+from callbacks.round_signal import kl_after_update, previous_round, round_signal
 from data_modules.experience import ExperienceRecord, Provenance
 from tests.data_modules.test_replay_mix import build_parts, stage_cfg
 
@@ -53,7 +53,7 @@ def test_a_stage_logs_them_each_round_and_the_kl_after_an_update_is_positive(tmp
     kls = [m["rollout/kl_after_update"] for m in rounds[1:]]
     assert kls and all(k > 0 for k in kls), kls  # the round's update moved the policy off its data
     # records whose behaviour log-probs are the current weights' own: KL 0
-    same = regenerate._signal_previous[:4]
+    same = previous_round(dm)[:4]
     for chunk, batch in module.annotation_batches(same, module.collate):
         for r, lp in zip(chunk, module.frozen_logprobs(module.policy, batch)):
             r.behaviour_logprobs = lp

@@ -176,7 +176,7 @@ CALLBACKS = {"callbacks.regenerate.RegenerateExperience": Regenerate,
 
 
 class CSV(OpenNode):
-    """lightning's CSVLogger (logger=csv)."""
+    """callbacks.csv_metrics.StageCSVLogger (logger=csv): lightning's CSVLogger writing each row as it is logged."""
     save_dir: Path = None
     name: Text = None
     version: Text = None
@@ -196,7 +196,8 @@ class Wandb(OpenNode):
     job_type: Text = None
 
 
-LOGGERS = {"lightning.pytorch.loggers.CSVLogger": CSV, "callbacks.wandb_run.StageWandbLogger": Wandb}
+LOGGERS = {"lightning.pytorch.loggers.CSVLogger": CSV, "callbacks.csv_metrics.StageCSVLogger": CSV,
+           "callbacks.wandb_run.StageWandbLogger": Wandb}
 
 
 class TopLevel(Node):
