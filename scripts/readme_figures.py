@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,10 +56,29 @@ def run_env() -> dict:
     return env
 
 
+def finished_dir(argv: list[str]) -> Path | None:
+    """The `hydra.run.dir` of a single-run command whose summary.json exists (it is written at a stage's end),
+    so a figure rerun with the same --out resumes; a dir a stopped run left without one is removed."""
+    found = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
+    if not found or "-m" in argv:
+        return None
+    run_dir = Path(found[0]) if Path(found[0]).is_absolute() else ROOT / found[0]
+    if (run_dir / "summary.json").is_file():
+        return run_dir
+    if run_dir.is_dir():
+        shutil.rmtree(run_dir)
+    return None
+
+
 def run_commands(commands: list[list[str]], log: Path) -> None:
-    """Each command in the repository root, output appended to `log`; stop at the first that fails."""
+    """Each command in the repository root, output appended to `log`; stop at the first that fails. A run
+    whose dir already holds its summary.json (an earlier, stopped measurement into the same --out) is kept."""
     with log.open("a") as f:
         for argv in commands:
+            if (done := finished_dir(argv)) is not None:
+                print(f"kept (finished earlier): {done}", flush=True)
+                f.write(f"kept (finished earlier): {shown(argv)}\n")
+                continue
             print(f"$ {shown(argv)}", flush=True)
             f.write(f"$ {shown(argv)}\n")
             f.flush()

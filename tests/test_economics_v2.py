@@ -102,4 +102,4 @@ def test_commands_share_one_sft_and_one_token_grid(tmp_path):
     assert sorted(set(aa) ^ set(base)) == sorted([aa[-1], base[-1], "seed=1007", "seed=7"])
     with pytest.raises(SystemExit, match="no config named nope"):
         v2.figure([1], ["nope"])
-    assert "economics_v2" in PENDING and len(PENDING["economics_v2"].commands(tmp_path, False)) == 5 * 7
+    assert "economics_v2" in PENDING and len(PENDING["economics_v2"].commands(tmp_path, False)) == 5 * (1 + len(v2.CONFIGS))

@@ -230,3 +230,21 @@ def test_economics_at_equal_tokens_gives_every_config_the_same_token_budget(tmp_
     fixed = FIGURES["economics"].commands(tmp_path, False)
     assert not any(a.startswith("budget.") for r in fixed for a in r)
     assert sum("trainer.max_steps=100" in r for r in fixed) == 3 * len(economics.EVERY_CONFIG)
+
+
+def test_a_rerun_into_the_same_out_keeps_finished_runs_and_clears_stopped_ones(tmp_path):
+    """A figure rerun with the same --out resumes: a run dir with its summary.json is kept (not rerun), one a
+    stopped run left without it is removed before the command runs again."""
+    from scripts import readme_figures as rf
+    done, stopped = tmp_path / "done", tmp_path / "stopped"
+    done.mkdir()
+    (done / "summary.json").write_text("{}")
+    stopped.mkdir()
+    (stopped / "half.csv").write_text("step\n1\n")
+    assert rf.finished_dir(["python", "train.py", f"hydra.run.dir={done}"]) == done
+    assert rf.finished_dir(["python", "train.py", f"hydra.run.dir={stopped}"]) is None
+    assert not stopped.exists()
+    assert rf.finished_dir(["python", "train.py", "-m", f"hydra.sweep.dir={done}"]) is None
+    log = tmp_path / "fig.log"
+    rf.run_commands([["python", "-c", "raise SystemExit(3)", f"hydra.run.dir={done}"]], log)  # kept: never run
+    assert "kept (finished earlier)" in log.read_text()

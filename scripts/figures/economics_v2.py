@@ -42,6 +42,8 @@ CONFIGS = {  # label → the GRPO stage's keys; the baseline first
     "on-policy β=0": ["data=fresh_rollouts", "algorithm.beta=0"],
     AA: ["data=fresh_rollouts"],
     DAPO: ["data=fresh_rollouts", "algorithm.dynamic_sampling=true"],
+    "2 passes": ["data=fresh_rollouts", "algorithm.epochs_per_round=2"],  # the update-limitation test: is
+    # learning limited by updates (2 passes beat 1 at equal generated tokens) or by fresh informative groups?
     "replay 0.5": ["data=replay_mix", "data.replay_ratio=0.5"],
     "adaptive": ["data=adaptive"],
 }
