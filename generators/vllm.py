@@ -21,9 +21,10 @@ weight changes inside the block. The prefix cache then also carries each episode
 `sample` calls then use those weights (generators.base.weights_loaded: a round, an evaluation).
 
 Ranks (hardware=ddp|fsdp): one engine per rank, in the rank's process, `tensor_parallel_size=1`, each
-generating its own shard of the round. vLLM finds Lightning's process group already made and takes it
-as its world: with tensor and pipeline parallel size 1 every rank is its own engine ("external data
-parallel" in vLLM's layout, as TRL's colocate mode), and no engine waits on another while it generates.
+generating its own shard of the round. The engine is built in vLLM's torchrun mode (`external_launcher`,
+as TRL's colocate mode; `per_rank_engine`): vLLM finds Lightning's process group already made and takes
+it as its world, its device from LOCAL_RANK; with tensor and pipeline parallel size 1 every rank is its
+own engine ("external data parallel" in vLLM's layout), and no engine waits on another while it generates.
 Building an engine makes process groups (a collective), so every rank builds its engine at the same
 point: the first `load_weights`, called by every rank before a round or an evaluation. Under FSDP the
 policy's parameters are shards (DTensors): the sync gathers them one parameter at a time
@@ -63,6 +64,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from generators.base import GenerationOutput, stop_ids
+from hardware import distributed
 from hardware.sharding import is_sharded
 
 INSTALL_HINT = "bash scripts/install_vllm.sh (a separate venv; see requirements-vllm.txt)"
@@ -151,6 +153,18 @@ def completion_end(ids: list[int], stops: list[int], sequences: list[list[int]] 
 def cut_at_stop(ids: list[int], stops: list[int], sequences: list[list[int]] = ()) -> list[int]:
     """`ids` up to and including the first stop id or stop sequence (all of them when there is none)."""
     return ids[: completion_end(ids, stops, sequences) or len(ids)]
+
+
+def per_rank_engine() -> dict:
+    """vLLM arguments for an engine in one rank of several ({} with one process): vLLM's torchrun mode
+    (`external_launcher`, as TRL's colocate mode), which takes the process group that exists (Lightning's)
+    and its rank and device from RANK and LOCAL_RANK. Those are set by torchrun; under another launcher
+    (SLURM) they are filled from the process group and the rank's current CUDA device."""
+    if not distributed.active():
+        return {}
+    os.environ.setdefault("RANK", str(distributed.rank()))
+    os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device() if torch.cuda.is_initialized() else 0))
+    return {"distributed_executor_backend": "external_launcher"}
 
 
 def _plain(node) -> dict:
@@ -287,6 +301,7 @@ class VLLMGenerator:
         args = dict(self.engine_args)
         if args["dtype"] == "policy":
             args["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+        args = per_rank_engine() | args  # engine_kwargs may name another executor
         config = copy.deepcopy(base.config)
         config.architectures = [type(base).__name__.removeprefix("FSDP") if is_sharded(base) else type(base).__name__]
         rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),

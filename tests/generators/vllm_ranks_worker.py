@@ -8,6 +8,7 @@ Lightning-like gloo world of 2 exists, loads the policy's weights, takes two rea
 OUT/rank{r}.json with what the test checks:
     err_new / err_old   max |engine log-prob - the full updated (resp. initial) policy's log-prob|
     gathers, peak_alive, params, peak_alive_bytes, full_bytes   FSDP's gathered parameters during a load
+    backend             the engine's executor (vLLM's torchrun mode, external_launcher)
     same_seed / own_seed   completions sampled with the same torch seed on both ranks, and with each
                            rank's own seed (regenerate's per-rank stream)
 """
@@ -112,6 +113,7 @@ def main(mode: str, out: Path) -> None:
         "params": len(updated.state_dict()),
         "full_bytes": sum(t.numel() * t.element_size() for t in updated.state_dict().values()),
         "own_seed": own.completions, "same_seed": same.completions,
+        "backend": gen.llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend,
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
