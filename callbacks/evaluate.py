@@ -41,6 +41,7 @@ from callbacks.eval_verifier import choose_verifier, is_verifier
 from callbacks.logging import find_callback, log_now
 from callbacks.episodes import sample
 from data_modules.state_checks import StateError, integer, metrics, number, sequence, within
+from generators.base import weights_loaded
 from generators.hf import HFGenerator
 from hardware import distributed
 from hardware.console import say
@@ -171,7 +172,8 @@ class HeldOutEvaluation(L.Callback):
 
     def _run(self, trainer, pl_module) -> dict:
         start, seconds = time.perf_counter(), self.stage_seconds()
-        with full_weights(pl_module):  # FSDP: gathered once (ranks decode uneven shares)
+        with weights_loaded(self.generator, pl_module.policy, pl_module.tokenizer), full_weights(pl_module):
+            # an engine's weights synced by every rank together; FSDP: gathered once (ranks decode uneven shares)
             result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
                               self.verifier, self.num_examples, self.env)
         error = result.pop("first_error", None)

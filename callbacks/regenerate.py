@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from contextlib import nullcontext
 from dataclasses import asdict
 
 import lightning as L
@@ -30,7 +31,8 @@ from callbacks.round_signal import previous_round, signal_metrics
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from callbacks.regenerate_state import check_regenerate_state
 from data_modules.state_checks import within
-from generators.base import GenerationOutput, completion_texts, finished, sampling_precision, stop_ids
+from generators.base import (GenerationOutput, completion_texts, finished, sampling_precision, stop_ids,
+                             weights_loaded)
 from generators.hf import HFGenerator
 from hardware import distributed
 from hardware.console import say
@@ -163,7 +165,9 @@ class RegenerateExperience(L.Callback):
         getattr(pl_module, "round_start", lambda index: None)(self.rounds)
         self._made = self.ahead.collect(pl_module, self.rounds) if self.ahead is not None else None
         self.round_extra, dynamic = {}, getattr(pl_module, "dynamic_sampling", False)
-        with full_weights(pl_module):  # FSDP: gathered once for the whole round; a no-op otherwise
+        loaded = weights_loaded(self.generator, pl_module.policy, dm.tokenizer) if self._made is None else nullcontext()
+        with loaded, full_weights(pl_module):  # an engine's weights synced by every rank together, then
+            # FSDP's units gathered once for the whole round (a no-op without FSDP)
             if dynamic:  # DAPO: callbacks/dynamic_sampling.py
                 whole, self.round_extra = self._dynamic_round(pl_module, dm, planned)
                 self._say_short(trainer, len(planned))

@@ -8,7 +8,7 @@ unless `ignore_eos`; and everything that asks whether a completion finished (rol
 text) asks with the same ids. Engines: generators/hf.py (a KV-cached loop), generators/vllm.py."""
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 
@@ -57,6 +57,21 @@ def sampling_precision(generator, precision):
     were not: fresh data showed ratio_max 1.0047 under bf16-mixed, and a GPU decoded in float32); nothing
     for an engine with its own weights and dtype (generator=vllm: model.dtype, its mismatch is logged)."""
     return precision if getattr(generator, "exact_logprobs", False) else nullcontext()
+
+
+@contextmanager
+def weights_loaded(generator, model, tokenizer):
+    """A block over which the policy's weights do not change (a round, an evaluation), the engine's copy
+    loaded at its start: generator=vllm syncs here, on every rank together (under FSDP one gathered
+    parameter at a time), outside the block's uneven per-rank passes, and its `sample` calls inside
+    sync no more. Nothing for an engine that samples with the policy itself (generator=hf)."""
+    load = getattr(generator, "load_weights", None)
+    if load is None:
+        yield
+        return
+    with weights_held(generator):
+        load(model, tokenizer)
+        yield
 
 
 def weights_held(generator):

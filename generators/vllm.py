@@ -17,6 +17,21 @@ parameter version counters miss fused optimizers (`AdamW(fused=True)` leaves `_v
 The one exception is explicit: inside `with generator.weights_held():` (an episode round, one call per
 turn, callbacks/episodes.py) only the first call with a given model syncs; the caller vouches that no
 weight changes inside the block. The prefix cache then also carries each episode's earlier turns over.
+`load_weights(model, tokenizer)` syncs now (building the engine on first use); inside the block the
+`sample` calls then use those weights (generators.base.weights_loaded: a round, an evaluation).
+
+Ranks (hardware=ddp|fsdp): one engine per rank, in the rank's process, `tensor_parallel_size=1`, each
+generating its own shard of the round. The engine is built in vLLM's torchrun mode (`external_launcher`,
+as TRL's colocate mode; `per_rank_engine`): vLLM finds Lightning's process group already made and takes
+it as its world, its device from LOCAL_RANK; with tensor and pipeline parallel size 1 every rank is its
+own engine ("external data parallel" in vLLM's layout), and no engine waits on another while it generates.
+Building an engine makes process groups (a collective), so every rank builds its engine at the same
+point: the first `load_weights`, called by every rank before a round or an evaluation. Under FSDP the
+policy's parameters are shards (DTensors): the sync gathers them one parameter at a time
+(`full_tensor`), all ranks in the same order, never a full state dict; hence it runs before the
+round's gathered passes (hardware.sharding.full_weights), whose ranks take uneven shares. Each rank
+samples from its own torch seed stream (callbacks/regenerate.py reseeds per rank; the engine draws
+from torch's global generator).
 
 Episodes (envs/rollout.py) pass `stop_sequences` (id lists, a tool call's close tag) and a per-call
 `max_new_tokens`, with the HF loop's rule: a completion also ends once its ids end with a stop sequence
@@ -49,6 +64,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from generators.base import GenerationOutput, stop_ids
+from hardware import distributed
+from hardware.sharding import is_sharded
 
 INSTALL_HINT = "bash scripts/install_vllm.sh (a separate venv; see requirements-vllm.txt)"
 
@@ -85,7 +102,14 @@ def policy_weights(model: PreTrainedModel) -> Iterator[tuple[str, torch.Tensor]]
         yield from _merged_lora_weights(model)
     else:
         for name, t in model.state_dict().items():
-            yield name, t.detach()
+            yield name, full_tensor(t.detach())
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole of a parameter: an FSDP2 shard (DTensor) gathered from every rank (a collective: every rank
+    calls it, in the same order), a plain tensor as it is. One parameter at a time: `policy_weights` is
+    lazy, so a rank holds one gathered parameter beside its shards while the engine copies it."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
 def _merged_lora_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
@@ -129,6 +153,18 @@ def completion_end(ids: list[int], stops: list[int], sequences: list[list[int]] 
 def cut_at_stop(ids: list[int], stops: list[int], sequences: list[list[int]] = ()) -> list[int]:
     """`ids` up to and including the first stop id or stop sequence (all of them when there is none)."""
     return ids[: completion_end(ids, stops, sequences) or len(ids)]
+
+
+def per_rank_engine() -> dict:
+    """vLLM arguments for an engine in one rank of several ({} with one process): vLLM's torchrun mode
+    (`external_launcher`, as TRL's colocate mode), which takes the process group that exists (Lightning's)
+    and its rank and device from RANK and LOCAL_RANK. Those are set by torchrun; under another launcher
+    (SLURM) they are filled from the process group and the rank's current CUDA device."""
+    if not distributed.active():
+        return {}
+    os.environ.setdefault("RANK", str(distributed.rank()))
+    os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device() if torch.cuda.is_initialized() else 0))
+    return {"distributed_executor_backend": "external_launcher"}
 
 
 def _plain(node) -> dict:
@@ -179,11 +215,23 @@ class VLLMGenerator:
     def weights_held(self):
         """Within the block the caller promises that the policy's weights do not change (an episode round:
         one `sample` per turn): only the first call with a given model syncs. Nothing is skipped outside."""
-        self._held, self._synced = True, None
+        before = (self._held, self._synced)
+        if not self._held:  # nested blocks (an episode round inside a loaded round) keep the outer's state
+            self._held, self._synced = True, None
         try:
             yield self
         finally:
-            self._held, self._synced = False, None
+            self._held, self._synced = before
+
+    def load_weights(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+        """Give the engine the policy's current weights now, building the engine on first use. With ranks
+        every rank calls it at the same point (building makes process groups; FSDP's gathers are
+        collectives). Inside `weights_held` the block's `sample` calls with `model` sync no more."""
+        if self.llm is None:
+            self._build(model, tokenizer)  # loads the current weights: nothing to sync
+        else:
+            self.sync_weights(model)
+        self._synced = model if self._held else None
 
     def sample(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                prompts: list[list[int]], greedy: bool = False, stop_sequences: list[list[int]] | None = None,
@@ -191,13 +239,11 @@ class VLLMGenerator:
         """Generate one completion per prompt with the policy's current weights (synced first, see
         `weights_held`). An episode's policy turn also stops at `stop_sequences` (id lists) and may take
         fewer tokens than the generator's `max_new_tokens` (the module's docstring: how)."""
-        start = time.perf_counter()
-        if self.llm is None:
-            self._build(model, tokenizer)  # loads the current weights: nothing to sync
+        start, built = time.perf_counter(), self.llm is not None
+        if not (self._held and self._synced is model):
+            self.load_weights(model, tokenizer)
+        if not built:
             start = time.perf_counter()  # start-up is a one-off, kept out of `seconds`
-        elif not (self._held and self._synced is model):
-            self.sync_weights(model)
-        self._synced = model if self._held else None
         from vllm.inputs import TokensPrompt
 
         sequences = [] if self.ignore_eos else [list(s) for s in stop_sequences or ()]
@@ -255,8 +301,9 @@ class VLLMGenerator:
         args = dict(self.engine_args)
         if args["dtype"] == "policy":
             args["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+        args = per_rank_engine() | args  # engine_kwargs may name another executor
         config = copy.deepcopy(base.config)
-        config.architectures = [type(base).__name__]
+        config.architectures = [type(base).__name__.removeprefix("FSDP") if is_sharded(base) else type(base).__name__]
         rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
                torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
         set_num_threads = torch.set_num_threads

@@ -8,4 +8,4 @@ export WANDB_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PAR
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-WARNING}"
 bash scripts/install_vllm.sh
 "$VLLM_VENV/bin/python" -m pytest -q -o addopts="-p no:cacheprovider" -m vllm tests/generators/test_vllm.py \
-    tests/generators/test_vllm_episodes.py tests/envs/test_tool_use_vllm.py "$@"
+    tests/generators/test_vllm_episodes.py tests/generators/test_vllm_ranks.py tests/envs/test_tool_use_vllm.py "$@"

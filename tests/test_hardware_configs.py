@@ -234,3 +234,30 @@ def test_submitit_local_launcher_composes(conf):
     cfg = conf(["hydra/launcher=submitit_local", "hardware=ddp"], hydra=True)
     assert cfg.hydra.launcher._target_.endswith("submitit_launcher.LocalLauncher")
     assert cfg.hydra.launcher.tasks_per_node == 1  # train.py starts the ranks itself (torchrun) there
+
+
+@pytest.mark.parametrize("choice", ["ddp", "fsdp"])
+def test_vllm_engine_per_rank_is_accepted_under_ddp_and_fsdp(conf, choice):
+    from run.validation.hardware import check_ranks
+    errors: list[str] = []
+    check_ranks(conf([f"hardware={choice}", "generator=vllm", "algorithm=grpo"]), errors)
+    assert errors == []
+
+
+@pytest.mark.parametrize("choice", sorted(DEEPSPEED))
+def test_vllm_with_deepspeed_ranks_is_refused_in_one_line(conf, choice):
+    from run.validation.hardware import check_ranks
+    errors: list[str] = []
+    check_ranks(conf([f"hardware={choice}", "generator=vllm", "algorithm=grpo"]), errors)
+    said = [e for e in errors if e.startswith("generator=vllm")]
+    assert said == ["generator=vllm with 2 ranks under trainer.strategy=DeepSpeedStrategy: one engine per rank is "
+                    "built for hardware=ddp and hardware=fsdp only (DeepSpeed's weights are not streamed into "
+                    "engines yet); use hardware=ddp or hardware=fsdp"]
+
+
+def test_vllm_tensor_parallel_engine_on_ranks_is_refused(conf):
+    from run.validation.hardware import check_ranks
+    errors: list[str] = []
+    check_ranks(conf(["hardware=ddp", "generator=vllm", "generator.tensor_parallel_size=2"]), errors)
+    assert errors == ["generator.tensor_parallel_size=2 with 2 ranks: each rank owns one engine on its own device "
+                      "(tensor_parallel_size=1); an engine over several devices is one process's only"]

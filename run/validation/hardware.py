@@ -65,10 +65,8 @@ def check_ranks(cfg: DictConfig, errors: list[str]) -> None:
     elif is_int(batch) and is_int(micro) and 0 < micro < batch // world and (batch // world) % micro:
         errors.append(f"data.micro_batch_size={micro} must divide each rank's {batch // world} records "
                       f"(data.batch_size={batch} over {world} ranks)")
-    if raw(cfg, "generator._target_") == "generators.vllm.VLLMGenerator":
-        errors.append(f"generator=vllm with {world} ranks: one engine per rank is not built yet; use generator=hf "
-                      f"with ranks, or vLLM in one process")
     strategy = strategy_name(trainer)
+    check_engine_per_rank(cfg, world, strategy, errors)
     if strategy == "ModelParallelStrategy" and raw(cfg, "model.lora"):
         errors.append("hardware=fsdp with model.lora: FSDP2 over a peft model is not supported yet; use "
                       "hardware=ddp for LoRA")
@@ -77,3 +75,17 @@ def check_ranks(cfg: DictConfig, errors: list[str]) -> None:
         errors.append("hardware=deepspeed_zero3 with rollouts: generating from ZeRO-3's partitioned weights is not "
                       "built yet (ranks' uneven shares would wait on each other's gathers); use hardware=fsdp or "
                       "hardware=deepspeed_zero2")
+
+
+def check_engine_per_rank(cfg: DictConfig, world: int, strategy: str, errors: list[str]) -> None:
+    """generator=vllm with ranks: one engine per rank (generators/vllm.py), built for DDP and FSDP2."""
+    if raw(cfg, "generator._target_") != "generators.vllm.VLLMGenerator":
+        return
+    if not (strategy.startswith("ddp") or strategy in ("auto", "DDPStrategy", "ModelParallelStrategy")):
+        errors.append(f"generator=vllm with {world} ranks under trainer.strategy={strategy}: one engine per rank "
+                      f"is built for hardware=ddp and hardware=fsdp only (DeepSpeed's weights are not streamed "
+                      f"into engines yet); use hardware=ddp or hardware=fsdp")
+    tp = raw(cfg, "generator.tensor_parallel_size")
+    if is_int(tp) and tp != 1:
+        errors.append(f"generator.tensor_parallel_size={tp} with {world} ranks: each rank owns one engine on its "
+                      f"own device (tensor_parallel_size=1); an engine over several devices is one process's only")

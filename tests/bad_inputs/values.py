@@ -121,6 +121,11 @@ CASES: list[Case] = [
     C("fsdp-lora", "FSDP2 over a LoRA model", ("algorithm=grpo", "hardware=fsdp", "model.lora={r: 4}"),
       "error: stage grpo: hardware=fsdp with model.lora: FSDP2 over a peft model is not supported yet; use "
       "hardware=ddp for LoRA"),
+    C("vllm-ranks-tp", "a vLLM engine over several devices on each of several ranks",
+      ("algorithm=grpo", "hardware=ddp", "generator=vllm", "generator.tensor_parallel_size=2"),
+      "error: stage grpo: generator.tensor_parallel_size=2 with 2 ranks: each rank owns one engine on its own "
+      "device (tensor_parallel_size=1); an engine over several devices is one process's only",
+      patches=(("generators.vllm.check_vllm_available", lambda: "0.32.0"),)),
     C("no-vllm", "generator=vllm without vllm installed", ("generator=vllm",),
       "error: stage sft: generator=vllm: generator=vllm needs the vllm package, which is not installed in this "
       "environment: install it with `bash scripts/install_vllm.sh…", needs=no_vllm),

@@ -16,7 +16,7 @@ vllm = pytest.importorskip("vllm")
 import torch  # noqa: E402
 from transformers.generation.logits_process import TopPLogitsWarper  # noqa: E402
 
-from generators.base import stop_ids  # noqa: E402
+from generators.base import stop_ids, weights_held, weights_loaded  # noqa: E402
 from generators.hf import HFGenerator  # noqa: E402
 from generators.vllm import VLLMGenerator, check_vllm_available, cut_at_stop  # noqa: E402
 from losses.correction import importance_diagnostics  # noqa: E402
@@ -150,6 +150,28 @@ def test_optimizer_step_reaches_the_engine_and_the_prefix_cache_is_reset(gen):
     assert after.completions != before.completions
     assert max_error(after.logprobs, reference_logprobs(policy, prompts, after.completions, 1.0)) < TOL
     assert max_error(after.logprobs, reference_logprobs(old, prompts, after.completions, 1.0)) > 1e-2
+
+
+def test_weights_loaded_syncs_once_for_its_block_and_nested_holds_keep_it(gen, tiny):
+    """A round (generators.base.weights_loaded) syncs at its start and not in its `sample` calls, an
+    episode round's hold nested inside included; after the block every call syncs again."""
+    policy, tok = tiny
+    prompts = make_prompts(tok, n_distinct=2, repeats=2)
+    gen.sample(policy, tok, prompts)  # the engine exists: a load below is a sync
+    synced, sync = [], gen.sync_weights
+    gen.sync_weights = lambda model: (synced.append(model), sync(model))
+    try:
+        with weights_loaded(gen, policy, tok):
+            assert len(synced) == 1
+            gen.sample(policy, tok, prompts)
+            with weights_held(gen):
+                gen.sample(policy, tok, prompts)
+            gen.sample(policy, tok, prompts)  # the inner block's end kept the outer's loaded weights
+            assert len(synced) == 1
+        gen.sample(policy, tok, prompts)
+        assert len(synced) == 2
+    finally:
+        gen.sync_weights = sync
 
 
 def test_lora_policy_is_merged_without_being_touched(gen):
