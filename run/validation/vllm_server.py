@@ -1,7 +1,7 @@
 """Checks of `generator=vllm_server` across keys (generators/vllm_server.py, docs/scaling.md), each refused in
 one line at plan time, before a model loads or a file is written: engines to start or addresses to reach
 (one of them), a device list per started engine, an interpreter with vllm, free ports, servers that answer,
-a writable hand-off folder, one trainer rank. Each key's own type and range: the schema
+a writable hand-off folder, one trainer rank, a correction for samples `sync_every` makes stale. Each key's own type and range: the schema
 (run/validation/schemas/generator.py)."""
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import socket
 from omegaconf import DictConfig, ListConfig
 
 from hardware.processes import world_size_of
+from run.validation.async_rounds import STALE_CORRECTIONS
 from run.validation.values import is_int, raw
 
 TARGET = "generators.vllm_server.VLLMServerGenerator"
@@ -37,6 +38,11 @@ def check_vllm_server(cfg: DictConfig, errors: list[str]) -> None:
     else:
         _check_reachable(urls, errors)
     _check_weight_dir(raw(cfg, "generator.weight_dir"), errors)
+    every, correction = raw(cfg, "generator.sync_every"), raw(cfg, "algorithm.correction._target_")
+    if is_int(every) and every > 1 and correction is not None and correction not in STALE_CORRECTIONS:
+        errors.append(f"generator.sync_every={every} trains on samples up to {every - 1} versions old, and "
+                      f"correction={correction.rsplit('.', 1)[-1]} does not correct for that: use "
+                      f"correction=decoupled_ppo (or ppo_clip, truncated_is), or generator.sync_every=1")
     trainer = cfg.get("trainer")
     if trainer is not None and is_int(trainer.get("devices", 1)) and is_int(trainer.get("num_nodes", 1)) \
             and world_size_of(trainer) > 1:

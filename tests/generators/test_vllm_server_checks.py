@@ -99,6 +99,8 @@ def test_bad_values_are_refused_before_anything_runs(hydra_conf):
         hydra_conf, ["generator.python=/nonexistent/python"])
     assert "generator.weight_dir=/nonexistent: not a writable folder" in refused(
         hydra_conf, ["generator.weight_dir=/nonexistent", "generator.python=/bin/sh"])
+    assert "generator.sync_every=2 trains on samples up to 1 versions old, and correction=no_correction" in refused(
+        hydra_conf, ["generator.sync_every=2", "correction=none", "generator.python=/bin/sh"])
     assert "with 2 ranks" in refused(hydra_conf, ["hardware=ddp", "trainer.devices=2", "generator.python=/bin/sh"])
 
 
