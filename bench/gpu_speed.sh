@@ -54,6 +54,36 @@ timeout -k 10 "$LIMIT" python bench/gpu_speed.py --budget-s $(( LIMIT - 20 )) \
     | tee "$OUT/gpu_speed.log" | grep -v -E 'it/s\]|Loading weights|Writing model'
 RC=${PIPESTATUS[0]}
 tail -n 400 "$OUT/gpu_speed.log" > "$OUT/gpu_speed.log.tmp" && mv "$OUT/gpu_speed.log.tmp" "$OUT/gpu_speed.log"
+# === generator=vllm_server case (issue 32 item 2) ====================================================
+# Opt-in (SERVER_CASE=1; VLLM_PYTHON: a venv with a CUDA vLLM): the same GRPO workload as grpo_vllm, with
+# generation in one vLLM server of its own (generator=vllm_server; on GPU 1 when there are two GPUs, else
+# sharing GPU 0 at 0.3 of its memory), timed the same way: s/step, generated tokens/s, MFU of the train step,
+# and the weight pushes (cost/weight_sync_*). Results: $OUT/gpu_speed_server.json. Not run on a GPU yet.
+if [[ -n "${SERVER_CASE:-}" && -n "${VLLM_PYTHON:-}" && -d /tmp/policyshift_gpu_speed/model ]]; then
+    NGPU=$(nvidia-smi -L | wc -l)
+    if (( NGPU >= 2 )); then SERVER_GPU=1 SERVER_MEM=0.9; else SERVER_GPU=0 SERVER_MEM=0.3; fi
+    echo "[$(( $(date +%s) - START )) s] train grpo_vllm_server (engine on GPU $SERVER_GPU)"
+    SERVER_GPU=$SERVER_GPU SERVER_MEM=$SERVER_MEM timeout -k 10 "${SERVER_TIMEOUT_S:-480}" "$VLLM_PYTHON" - <<'PYEOF' 2>&1 | tail -n 40
+import json, os, sys
+from dataclasses import replace
+from pathlib import Path
+sys.argv = ["gpu_speed"]
+sys.path.insert(0, os.getcwd())
+from bench.gpu_speed import SHAPES, Workload, add_mfu, train_run
+s, work, out = SHAPES["gpu"], Path("/tmp/policyshift_gpu_speed"), Path(os.environ["OUT"])
+grpo = Workload("grpo_vllm_server", "grpo", batch=s["grpo_prompts"], group=s["grpo_group"], beta=0.04,
+                max_new_tokens=s["grpo_tokens"], model="big", warmup=s["warmup"], measure=s["steps"] - 1 - s["warmup"])
+extra = ["hardware=gpu", "model.dtype=float32", "trainer.precision=bf16-mixed", "callbacks.progress.refresh_rate=0",
+         "generator=vllm_server", "generator.ignore_eos=true", f"generator.gpus=['{os.environ['SERVER_GPU']}']",
+         f"generator.gpu_memory_utilization={os.environ['SERVER_MEM']}", "generator.max_model_len=1024"]
+row = train_run("grpo_vllm_server", grpo, extra, sys.executable, work / "model", work, out / "gpu_speed_logs", 450)
+add_mfu(row, float(os.environ.get("PEAK_TFLOPS", 989)), 6, row.get("trained_tokens_per_step", 0), "train_step_s")
+(out / "gpu_speed_server.json").write_text(json.dumps(row, indent=1, default=str))
+print(json.dumps(row, indent=1, default=str))
+PYEOF
+fi
+# === end of the generator=vllm_server case ===========================================================
+
 echo "exit $RC after $(( $(date +%s) - START )) s; report: $OUT/gpu_speed.md (run folders: /tmp/policyshift_gpu_speed/runs)"
 [[ -f "$OUT/gpu_speed.md" ]] && cat "$OUT/gpu_speed.md"
 exit "$RC"

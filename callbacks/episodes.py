@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from data_modules.experience import ExperienceRecord
 from envs.rollout import Episode, run_episodes
-from generators.base import GenerationOutput, completion_texts, stop_ids, weights_held
+from generators.base import GenerationOutput, at_version, completion_texts, stop_ids, weights_held
 from tasks.base import Example
 
 
@@ -23,18 +23,24 @@ class Sampled:
     texts: list[str]
     episodes: list[Episode] | None = None
     stats: dict[str, float] = field(default_factory=dict)
+    version: int | None = None  # the weights version that made them (None: the caller's)
 
 
 def sample(generator, policy, tokenizer, prompts: list[list[int]], examples: list[Example], env=None,
            chat: bool = False, greedy: bool = False, policy_version: int | None = None) -> Sampled:
     """Sample one completion per prompt, or play one episode per example when `env` (a factory) is set
-    (the episode's prompt is then the environment's first observation, from the example)."""
-    if env is None:
-        out = generator.sample(policy, tokenizer, prompts, greedy=greedy)
-        return Sampled(out, completion_texts(tokenizer, out.completions, stop_ids(policy, tokenizer)))
-    with weights_held(generator):  # no optimizer step inside a round: vLLM syncs once, not every turn
-        played = run_episodes(generator, policy, tokenizer, env, examples, chat, greedy, policy_version)
-    return Sampled(played.output(), [e.final_text for e in played.episodes], played.episodes, played.stats())
+    (the episode's prompt is then the environment's first observation, from the example). `version`: the
+    weights version the samples were made with (an engine with its own copy: the one it holds,
+    generators.base.at_version; greedy is held-out evaluation: the current weights exactly)."""
+    with at_version(generator, policy, tokenizer, policy_version, exact=greedy) as version:
+        if env is None:
+            out = generator.sample(policy, tokenizer, prompts, greedy=greedy)
+            return Sampled(out, completion_texts(tokenizer, out.completions, stop_ids(policy, tokenizer)),
+                           version=version)
+        with weights_held(generator):  # no optimizer step inside a round: vLLM syncs once, not every turn
+            played = run_episodes(generator, policy, tokenizer, env, examples, chat, greedy, version)
+    return Sampled(played.output(), [e.final_text for e in played.episodes], played.episodes, played.stats(),
+                   version=version)
 
 
 def as_episode(record: ExperienceRecord, episode: Episode | None, tokenizer) -> ExperienceRecord:

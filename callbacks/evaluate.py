@@ -51,15 +51,18 @@ from tasks.base import Task, encode_example
 
 
 def evaluate(policy, tokenizer, task: Task, generator: HFGenerator, verifier: RewardSource,
-             num_examples: int | None = None, env=None) -> dict[str, float]:
+             num_examples: int | None = None, env=None, policy_version: int | None = None) -> dict[str, float]:
     """Greedy held-out accuracy and mean response length of `policy` on `task.heldout` (with ranks: each
     rank decodes its share, every rank gets the whole set's numbers). With an environment (`env`, a
     factory) each example is a greedy episode scored on its final answer: val/accuracy is then the
-    held-out success with the tools, and val/tool_calls_per_episode says how often they were called."""
+    held-out success with the tools, and val/tool_calls_per_episode says how often they were called.
+    `policy_version`: the policy's version (an engine with its own copy of the weights pushes only when
+    it holds another: generators.base.at_version)."""
     examples = task.heldout[:num_examples] if num_examples else task.heldout
     mine = distributed.shard(examples)
     prompts = [encode_example(tokenizer, ex, task.chat) for ex in mine]
-    done = sample(generator, policy, tokenizer, prompts, mine, env, task.chat, greedy=True) if prompts else None
+    done = sample(generator, policy, tokenizer, prompts, mine, env, task.chat, greedy=True,
+                  policy_version=policy_version) if prompts else None
     texts = done.texts if done else []
     report = safe_score(verifier, [ex.prompt for ex in mine], texts, mine)  # never raises
     lengths = [len(c) for c in done.out.completions] if done else []
@@ -175,7 +178,7 @@ class HeldOutEvaluation(L.Callback):
         with weights_loaded(self.generator, pl_module.policy, pl_module.tokenizer), full_weights(pl_module):
             # an engine's weights synced by every rank together; FSDP: gathered once (ranks decode uneven shares)
             result = evaluate(pl_module.policy, pl_module.tokenizer, self.task, self.generator,
-                              self.verifier, self.num_examples, self.env)
+                              self.verifier, self.num_examples, self.env, getattr(pl_module, "policy_version", None))
         error = result.pop("first_error", None)
         if error:
             say(trainer, f"WARNING [eval] {result['val/unscored']:.0f} held-out answers unscored, counted wrong: {error}")

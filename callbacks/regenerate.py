@@ -109,6 +109,7 @@ class RegenerateExperience(L.Callback):
         """End the async engine's process (a no-op without one); every way out of a stage calls it."""
         if self.ahead is not None:
             self.ahead.stop()
+        getattr(self.generator, "close", lambda: None)()  # generator=vllm_server: the engines it started
 
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.global_step == self.last_end_step:  # Lightning replays the hook when it resumes from
@@ -234,6 +235,7 @@ class RegenerateExperience(L.Callback):
             with sampling_precision(self.generator, pl_module.precision_context()):  # the trainer's compute dtype
                 sampled = sample(self.generator, pl_module.policy, dm.tokenizer, [ids for _, ids, _ in prompts],
                                  examples, self.env, dm.task.chat, policy_version=version)
+            version = version if sampled.version is None else sampled.version  # vllm_server: the engines' copy
         out, texts, episodes = sampled.out, sampled.texts, sampled.episodes or [None] * len(prompts)
         self._add_tools(sampled.stats, len(prompts))
         getattr(self.reward, "to", lambda device: None)(pl_module.device)  # models on the policy's device

@@ -5,7 +5,8 @@ prompt, the sampled token ids and the log-probs of the distribution it actually 
 
 Every engine stops a completion at the first of the model's stop ids (`stop_ids`), that token included,
 unless `ignore_eos`; and everything that asks whether a completion finished (rollout metrics, rewards'
-text) asks with the same ids. Engines: generators/hf.py (a KV-cached loop), generators/vllm.py."""
+text) asks with the same ids. Engines: generators/hf.py (a KV-cached loop), generators/vllm.py, generators/vllm_server.py
+(vLLM servers in their own processes)."""
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
@@ -15,11 +16,13 @@ from dataclasses import dataclass
 @dataclass
 class GenerationOutput:
     """completions[i]: generated ids for prompt i (its stop id included if produced); logprobs[i]: same
-    length."""
+    length. policy_version: the weights version every completion was sampled with, from an engine that
+    holds its own numbered copy (generator=vllm_server inside `at_version`); None: the caller's policy."""
 
     completions: list[list[int]]
     logprobs: list[list[float]]
     seconds: float
+    policy_version: int | None = None
 
 
 def stop_ids(model, tokenizer) -> list[int]:
@@ -72,6 +75,14 @@ def weights_loaded(generator, model, tokenizer):
     with weights_held(generator):
         load(model, tokenizer)
         yield
+
+def at_version(generator, model, tokenizer, version: int | None, exact: bool = False):
+    """A block that samples `model` as of the trainer's policy `version`, yielding the version the samples
+    are made with. An engine with its own numbered copy of the weights (generator=vllm_server) pushes them
+    on entry when due (every `sync_every` versions; `exact`, held-out evaluation: whenever they differ) and
+    yields the version it holds; every other engine samples the policy itself: `version`."""
+    at = getattr(generator, "at_version", None)
+    return at(model, tokenizer, version, exact) if at is not None and version is not None else nullcontext(version)
 
 
 def weights_held(generator):

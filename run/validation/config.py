@@ -20,6 +20,7 @@ from run.validation.model import check_lora, check_model_shape, check_precision
 from run.validation.moved import check_moved_targets
 from run.validation.pairing import check_pairing
 from run.validation.schemas import check_schemas
+from run.validation.vllm_server import check_vllm_server
 from run.validation.values import check_values, is_int, raw
 
 
@@ -175,7 +176,7 @@ def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[st
 
 CHECKS = (_check_rounds, _check_replay, _check_adaptive, _check_overlong, _check_files, _check_micro_batches, _check_generator,
           _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora, check_model_shape,
-          check_precision, check_buffer, check_store, _check_push, check_env, check_async)
+          check_precision, check_buffer, check_store, _check_push, check_env, check_async, check_vllm_server)
 GATES = (check_moved_targets, check_pairing, _check_resolves, check_schemas)  # an old path, data the algorithm
 # cannot learn from, a broken ${...}, a bad value:
 # the checks across keys would echo it (or trip over its type)

@@ -9,10 +9,10 @@ A message ending in "…" is compared up to there (the rest is a library's own t
 """
 from __future__ import annotations
 
-from tests.bad_inputs import command_line, files, json_limits, nodes, schemas, stores, values
+from tests.bad_inputs import command_line, engines, files, json_limits, nodes, schemas, stores, values
 from tests.bad_inputs.case import ROOT, WHEN, Case, matches, observe
 
 CASES: list[Case] = (command_line.CASES + values.CASES + files.CASES + schemas.CASES + json_limits.CASES + stores.CASES
-                     + nodes.CASES)
+                     + nodes.CASES + engines.CASES)
 
 __all__ = ["CASES", "ROOT", "WHEN", "Case", "matches", "observe"]
