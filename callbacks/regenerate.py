@@ -54,10 +54,10 @@ class DroppedRoundsError(RuntimeError):
 class RegenerateExperience(L.Callback):
     def __init__(self, generator: HFGenerator, reward: RewardSource, max_dropped_rounds: int = 3, env=None,
                  max_staleness: int = 0, past_bound: str = "wait", engine_timeout_s: float = 600.0,
-                 engine_threads: int = 1):
+                 engine_threads: int = 1, engine_startup: str = "overlap"):
         # max_staleness > 0: asynchronous rounds (callbacks/async_rounds.py); 0 starts no engine
-        self.ahead = (AsyncRounds(generator, max_staleness, past_bound, engine_timeout_s, engine_threads)
-                      if max_staleness > 0 else None)
+        self.ahead = (AsyncRounds(generator, max_staleness, past_bound, engine_timeout_s, engine_threads,
+                                  engine_startup) if max_staleness > 0 else None)
         self.pending_prompts = None  # async: the next round's planned groups, handed to the engine
         self._made = None  # async: the engine's output for the round being made
         self.generator, self.reward, self.env = generator, reward, env  # env: a factory (envs/), None: one turn

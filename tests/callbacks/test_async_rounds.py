@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -16,7 +17,9 @@ from hydra.core.global_hydra import GlobalHydra
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import open_dict
 
-from generators.async_engine import EngineError
+from callbacks.async_rounds import AsyncRounds
+from generators.async_engine import EngineError, Made
+from generators.base import GenerationOutput
 from run.checkpointing import ResumeState
 from run.errors import ConfigError, format_error, user_error
 from run.stages import plan_stages
@@ -25,7 +28,8 @@ from tests.data_modules.test_replay_mix import OVERRIDES, ServedRecorder, build_
 
 ONE_STEP_ROUNDS = ["data.replay_ratio=0", "data.max_reuse=null", "data.max_staleness=null",
                    "algorithm.epochs_per_round=1", "data.batch_size=16"]  # 16 records a round: 1 step
-ASYNC = ONE_STEP_ROUNDS + ["correction=decoupled_ppo", "callbacks.regenerate.max_staleness=1"]
+ASYNC = ONE_STEP_ROUNDS + ["correction=decoupled_ppo", "callbacks.regenerate.max_staleness=1",
+                          "callbacks.regenerate.engine_startup=wait"]  # the schedule fixed by the seed
 
 
 def engines_alive() -> list:
@@ -40,7 +44,8 @@ def test_staleness_zero_is_the_synchronous_path_bit_for_bit(tmp_path):
         stage = stage_cfg(tmp_path / str(len(runs)), ONE_STEP_ROUNDS + extra)
         if not extra:  # the callback exactly as main built it: no async key in its node
             with open_dict(stage.cfg):
-                for key in ("max_staleness", "past_bound", "engine_timeout_s", "engine_threads"):
+                for key in ("max_staleness", "past_bound", "engine_timeout_s", "engine_threads",
+                            "engine_startup"):
                     del stage.cfg.callbacks.regenerate[key]
         trainer, module, dm, regenerate = build_parts(stage, 3)
         trainer.fit(module, datamodule=dm)
@@ -90,6 +95,54 @@ def test_rounds_of_two_steps_past_a_bound_of_one(tmp_path, past_bound, behind, d
     summary = regenerate.summary()
     assert summary["rollout/async_dropped_rounds"] == dropped and summary["rollout/async_dropped_records"] == 16 * dropped
     assert summary["cost/records_generated"] == 4 * 16  # a dropped round's samples are not counted as trained-on
+
+
+class LoadingEngine:
+    """Stands in for AsyncEngine: loaded once `loaded` is set; records what it is asked."""
+
+    def __init__(self):
+        self.loaded, self.submitted, self.pending = False, [], None
+        self.sync_seconds = self.sync_bytes = 0.0
+
+    def push(self, policy, version):
+        pass
+
+    def submit(self, prompts, seed, round_index, need):
+        self.submitted.append(round_index)
+
+    @property
+    def waiting(self):
+        return False
+
+    def lower_need(self, need):
+        pass
+
+    def collect(self):
+        return Made(GenerationOutput([[1, 2]], [[-0.5, -0.5]], 0.1), version=3, idle_seconds=0.0)
+
+
+def test_the_trainer_makes_the_rounds_itself_while_the_engine_loads():
+    """engine_startup=overlap: a round planned while the engine is still loading is not handed to it (the
+    trainer makes it, fresh: collect gives None) and is counted; the first round planned after it has
+    loaded goes to the engine. engine_startup=wait hands every round to the engine, loaded or not."""
+    module, dm = SimpleNamespace(policy=None, policy_version=3), SimpleNamespace(steps_per_round=1, group_size=1, seed=0)
+    planned = [(None, [5, 6], 0)]
+    overlap = AsyncRounds(None, 1, "wait", 10.0, 1, "overlap")
+    overlap.engine = engine = LoadingEngine()
+    overlap.submit(module, dm, planned, round_index=1)
+    assert engine.submitted == [] and overlap.collect(module, 1) is None
+    overlap.submit(module, dm, planned, round_index=2)
+    assert overlap.collect(module, 2) is None and overlap.summary()["rollout/async_startup_rounds"] == 2
+    engine.loaded = True
+    overlap.submit(module, dm, planned, round_index=3)
+    made = overlap.collect(module, 3)
+    assert engine.submitted == [3] and made.version == 3 and overlap.round["rollout/async_staleness"] == 0.0
+    assert overlap.summary()["rollout/async_startup_rounds"] == 2
+    wait = AsyncRounds(None, 1, "wait", 10.0, 1, "wait")
+    wait.engine = LoadingEngine()
+    wait.submit(module, dm, planned, round_index=1)
+    assert wait.engine.submitted == [1] and wait.collect(module, 1) is not None
+    assert wait.summary()["rollout/async_startup_rounds"] == 0
 
 
 class KillEngine(L.Callback):
