@@ -149,7 +149,12 @@ class AsyncEngine:
 
     @property
     def loaded(self) -> bool:
-        """Whether the engine process has loaded (imported what it needs and copied the model)."""
+        """Whether the engine process has loaded (imported what it needs and copied the model); EngineError
+        if it exited before (a trainer that never asks it would otherwise make every round itself)."""
+        if not self.ready.is_set() and self.process.exitcode is not None:
+            raise EngineError(f"the generation engine (process {self.process.pid}) exited with code "
+                              f"{self.process.exitcode} while loading (callbacks.regenerate.max_staleness > 0 runs "
+                              f"it in its own process)")
         return self.ready.is_set()
 
     @property

@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import open_dict
 
 from callbacks.async_rounds import AsyncRounds
-from generators.async_engine import EngineError, Made
+from generators.async_engine import AsyncEngine, EngineError, Made
 from generators.base import GenerationOutput
 from run.checkpointing import ResumeState
 from run.errors import ConfigError, format_error, user_error
@@ -143,6 +143,20 @@ def test_the_trainer_makes_the_rounds_itself_while_the_engine_loads():
     wait.submit(module, dm, planned, round_index=1)
     assert wait.engine.submitted == [1] and wait.collect(module, 1) is not None
     assert wait.summary()["rollout/async_startup_rounds"] == 0
+
+
+def test_an_engine_that_exits_while_loading_ends_the_run_in_one_line():
+    """Under engine_startup=overlap the trainer asks whether the engine has loaded before each round: one that
+    exited first raises (else the trainer would make every round itself, silently)."""
+    engine = AsyncEngine.__new__(AsyncEngine)
+    engine.ready, engine.process = mp.get_context("spawn").Event(), SimpleNamespace(exitcode=-9, pid=4321)
+    with pytest.raises(EngineError, match=r"process 4321\) exited with code -9 while loading") as err:
+        engine.loaded  # noqa: B018
+    assert len(format_error(err.value).splitlines()) == 1
+    engine.process = SimpleNamespace(exitcode=None, pid=4321)
+    assert engine.loaded is False
+    engine.ready.set()
+    assert engine.loaded is True
 
 
 class KillEngine(L.Callback):
