@@ -327,6 +327,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None, help="default: $OUT, else bench/results")
     p.add_argument("--work", type=Path, default=None, help="model folder and run folders")
     p.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON"))
+    p.add_argument("--sections", default="generation,train,async", help="comma-separated: which parts run")
     p.add_argument("--generation-part", help=argparse.SUPPRESS)  # engine: one generation measurement, as JSON
     a = p.parse_args()
     mode = "dry" if a.dry_run else "gpu"
@@ -377,6 +378,7 @@ def main() -> None:
             ("generation", "vllm", vpy, lambda: vllm_generation(vpy, work, min(240, left() - 5))),
             ("train", "grpo_vllm", vpy, lambda: train("grpo_vllm", grpo, vllm_gen, vpy))]
     jobs[4:4] = async_jobs(mode, work, out, left)  # async rounds (issue 32): before vLLM, the riskiest
+    jobs = [j for j in jobs if j[0] in a.sections.split(",")]
     for section, name, python, job in jobs:
         print(f"[{time.perf_counter() - t0:.0f} s] {section} {name}", flush=True)
         row = res[section][name] = ({"skipped": why} if python is None else

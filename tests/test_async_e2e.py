@@ -69,22 +69,22 @@ def test_kill_9_during_an_asynchronous_run_and_resume_counts_every_round_once(tm
     uninterrupted run's, timings aside (the schedule is deterministic: the engine samples with the round's
     seed and the weights it was handed)."""
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    done = train(*KILL_ARGS, f"hydra.run.dir={whole}")
+    done = train(*KILL_ARGS, f"hydra.run.dir={whole}", timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     proc = start_train(*KILL_ARGS, f"hydra.run.dir={killed}")
     wait_for(killed / "checkpoints" / "grpo" / "epoch=2-step=3.ckpt", proc, timeout=600)  # round 5 in flight
     engines = [c for c in psutil.Process(proc.pid).children(recursive=True) if "python" in c.name().lower()]
     proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL and engines
-    gone, alive = psutil.wait_procs(engines, timeout=30)  # the engine polls its parent every POLL_S
+    gone, alive = psutil.wait_procs(engines, timeout=120)  # the engine polls its parent every POLL_S
     assert not alive, f"engine processes outlived the killed trainer: {[p.pid for p in alive]}"
     state = torch.load(killed / "checkpoints" / "grpo" / "last.ckpt", weights_only=True, map_location="cpu")
     regenerate = next(v for k, v in state["callbacks"].items() if "Regenerate" in k)
     assert regenerate["pending_prompts"] is not None  # the round in flight: planned, not counted
     assert regenerate["totals"]["records_generated"] == regenerate["rounds"] * 32
 
-    resumed = train("resume=true", f"hydra.run.dir={killed}")
+    resumed = train("resume=true", f"hydra.run.dir={killed}", timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads((killed / "summary.json").read_text())["grpo"]
     assert summary["rollout/rounds"] == 6 and summary["cost/records_generated"] == 6 * 32
