@@ -72,6 +72,9 @@ def test_seconds_to_maps_the_fitted_tokens_through_the_runs_own_seconds():
     run.fit = fig.fit_saturating(run.tokens, run.accuracy, A0)
     assert fig.seconds_to(run, A0 + 0.05) == pytest.approx(tau * math.log(2) / 2000, rel=1e-3)
     assert fig.seconds_to(run, A0 + 0.2) == math.inf and fig.seconds_to(run, A0 - 0.01) == 0.0
+    flat = fig.Run(GRID, GRID, [A0] * len(GRID), 0, 0, 0, 0)  # a synchronous run that gained nothing: no target
+    flat.fit = fig.fit_saturating(flat.tokens, flat.accuracy, A0)
+    assert math.isnan(fig.sync_final(flat)) and math.isnan(fig.seconds_to(run, fig.sync_final(flat)))
 
 
 def test_render_writes_table_plot_and_json(measured):

@@ -151,8 +151,11 @@ def read(out: Path) -> tuple[dict[int, float], dict[str, dict[int, Run]]]:
 
 
 def sync_final(sync: Run) -> float:
-    """The synchronous run's final accuracy, from its fit: at its last evaluation's tokens."""
-    return sync.fit.at(sync.tokens[-1]) if sync.fit and sync.tokens else math.nan
+    """The synchronous run's final accuracy, from its fit: at its last evaluation's tokens; NaN when it
+    gained nothing over its start (no target to reach: the seed's ratio is left out)."""
+    if not (sync.fit and sync.tokens) or sync.fit.gain <= 0:
+        return math.nan
+    return sync.fit.at(sync.tokens[-1])
 
 
 def seconds_to(run: Run, target: float) -> float:
