@@ -109,6 +109,7 @@ class LoadingEngine:
 
     def submit(self, prompts, seed, round_index, need):
         self.submitted.append(round_index)
+        self.need = need
 
     @property
     def waiting(self):
@@ -143,6 +144,18 @@ def test_the_trainer_makes_the_rounds_itself_while_the_engine_loads():
     wait.submit(module, dm, planned, round_index=1)
     assert wait.engine.submitted == [1] and wait.collect(module, 1) is not None
     assert wait.summary()["rollout/async_startup_rounds"] == 0
+
+
+@pytest.mark.parametrize(("k", "need"), [(1, 4), (2, 3), (3, 3)])
+def test_a_bound_of_a_whole_round_lets_the_engine_start_at_once(k, need):
+    """Two steps a round, handed over at version 3 (served from version 5): past_bound=wait asks for weights of
+    version ≥ 5 - k. k = 1: the round's first step (4), so the engine overlaps only the second; k ≥ 2 (≥ the
+    round's steps): the weights it is handed (3), so it starts at once and overlaps the whole round."""
+    module, dm = SimpleNamespace(policy=None, policy_version=3), SimpleNamespace(steps_per_round=2, group_size=1, seed=0)
+    rounds = AsyncRounds(None, k, "wait", 10.0, 1, "wait")
+    rounds.engine = LoadingEngine()
+    rounds.submit(module, dm, [(None, [5, 6], 0)], round_index=1)
+    assert max(rounds.engine.need, module.policy_version) == need
 
 
 def test_an_engine_that_exits_while_loading_ends_the_run_in_one_line():
