@@ -50,7 +50,7 @@ def test_a_negative_staleness_is_refused_in_one_line(tmp_path):
 
 
 KILL_ARGS = [*TINY_MODEL, "task.num_heldout=20", "callbacks.evaluate.num_examples=20", "callbacks.progress.refresh_rate=0",
-             "generator.max_new_tokens=6", "checkpoint_every_n_rounds=1", "seed=3", "algorithm=grpo",
+             "generator.max_new_tokens=6", "checkpoint_every_n_rounds=1", "seed=3",
              "trainer.max_steps=6", "data.prompts_per_round=4", "data.batch_size=32", *ASYNC]
 
 
