@@ -91,7 +91,14 @@ class RegenerateExperience(L.Callback):
         if getattr(trainer.datamodule, "online", False) and self.rounds <= self.epochs_ended and not stopped:
             self.regenerate(trainer, pl_module, "start")
         elif self.ahead is not None and self.pending_prompts is not None and not stopped:  # resumed: the round
-            self.ahead.submit(pl_module, trainer.datamodule, self.pending_prompts, self.rounds)  # in flight, again
+            self._resubmit = True  # in flight, again, once Lightning has restored the step (on_train_start)
+
+    def on_train_start(self, trainer, pl_module):
+        # Lightning restores the loops (global_step: the policy version) after on_fit_start: handed over at
+        # fit start, a resumed run's round in flight was numbered version 0 and came back "past the bound"
+        if getattr(self, "_resubmit", False):
+            self._resubmit = False
+            self.ahead.submit(pl_module, trainer.datamodule, self.pending_prompts, self.rounds)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.ahead is not None:

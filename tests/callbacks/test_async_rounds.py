@@ -241,3 +241,4 @@ def test_a_resumed_run_generates_the_round_in_flight_again_and_counts_it_once(tm
     served = {step: sorted({g for g, _, _, _ in s}) for step, s in resumed.epochs}  # the later entry wins
     assert served == {2: never_stopped[2], 3: never_stopped[3]}
     assert regenerate.totals["records_generated"] == 4 * 16 and not engines_alive()
+    assert regenerate.summary()["rollout/async_waited_rounds"] == 0  # handed over at the restored version
