@@ -20,6 +20,12 @@ tokenizer padded to 151,936 tokens (models/tokenizer.py), as bench/workloads/pre
    median of the last 4. s/step; GRPO generated tokens/s; MFU of the train step = 6 × params × trained
    tokens per step (summary.json cost/trained_tokens / steps) / the median train_step seconds (the
    reference forward and the GRPO annotation are not counted as work).
+3. Asynchronous rounds (issue 32; the block `async rounds` below): GRPO through train.py at
+   callbacks.regenerate.max_staleness 0 and 1 (correction=decoupled_ppo, engine_startup=wait), s per round
+   (one step a round), generated and trained tokens/s, the trainer's and the engine's idle seconds. The engine
+   process runs on the CPU only (max_staleness > 0 refuses another accelerator), so this case runs
+   hardware=cpu on the machine's cores, trainer and engine ASYNC_THREADS threads each, on a small Qwen2
+   (ASYNC_SIZES): its figures are the overlap's, not the GPU's; no MFU (no CPU peak).
 Params count the tied embedding once (it is the LM head's matmul). Peak: --peak-tflops (H200 bf16
 dense 989). Results: $OUT/gpu_speed.{json,md} when $OUT is set, else bench/results/ (dry run:
 gpu_speed_dry.*); the JSON is rewritten after every part, so a timeout keeps what finished.
@@ -241,7 +247,70 @@ def report(res: dict) -> str:
         f" (median of {sh['repeats']} timed calls after a warm-up).", "", *table(res["generation"], GEN_COLS,
                                                                                    "tokens_per_s"),
         "", f"Training through train.py: {sh['steps']} steps, median of the last {sh['steps'] - 1 - sh['warmup']}.",
-        "", *table(res["train"], TRAIN_COLS, "s_per_step")]) + "\n"
+        "", *table(res["train"], TRAIN_COLS, "s_per_step"), *async_report(res)]) + "\n"
+
+
+# ==== async rounds (issue 32) =======================================================================
+ASYNC_SIZES = {  # the CPU model of the asynchronous case (the engine runs on the CPU only)
+    "gpu": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=1024, vocab_size=None, max_position_embeddings=512),
+    "dry": SIZES["dry"],
+}
+ASYNC_SHAPES = {"gpu": dict(prompts=64, group=8, tokens=16, steps=12, warmup=3),
+                "dry": dict(prompts=2, group=2, tokens=8, steps=4, warmup=1)}
+ASYNC_THREADS = {"gpu": 8, "dry": 1}  # torch threads of the trainer, and of the engine
+ASYNC_COLS = [("run", lambda n, r: n), ("s/round", lambda n, r: f"{r['s_per_step']:.3f}"),
+              ("gen tok/s", lambda n, r: f"{r['throughput']:,.0f}"),
+              ("trained tok/s", lambda n, r: f"{r['trained_tokens_per_step'] / r['s_per_step']:,.0f}"),
+              ("train step s", lambda n, r: f"{r['train_step_s']:.3f}"),
+              ("trainer idle s", lambda n, r: f"{r.get('trainer_idle_s', 0):.2f}"),
+              ("engine idle s", lambda n, r: f"{r.get('engine_idle_s', 0):.2f}")]
+
+
+def async_jobs(mode: str, work: Path, out: Path, left) -> list:
+    """(section, name, python, job) of the asynchronous case: the same GRPO run at max_staleness 0 and 1."""
+    s, threads, py = ASYNC_SHAPES[mode], ASYNC_THREADS[mode], sys.executable
+    folder = work / "model_async"
+    w = Workload("grpo", "grpo", batch=s["prompts"], group=s["group"], beta=0.04, max_new_tokens=s["tokens"],
+                 model="big", warmup=s["warmup"], measure=s["steps"] - 1 - s["warmup"])
+    common = ["hardware=cpu", "model.dtype=float32", "trainer.precision=32-true", "callbacks.progress.refresh_rate=0",
+              "generator=hf", "correction=decoupled_ppo", f"callbacks.regenerate.engine_threads={threads}",
+              "callbacks.regenerate.engine_startup=wait"]
+
+    def job(name: str, k: int):
+        def run() -> dict:
+            write_model(folder, ASYNC_SIZES[mode], "cpu")
+            saved = os.environ.get("OMP_NUM_THREADS")
+            os.environ["OMP_NUM_THREADS"] = str(threads)  # the trainer's (train.py inherits it)
+            try:
+                row = train_run(name, replace(w, name=name), common + [f"callbacks.regenerate.max_staleness={k}"],
+                                py, folder, work, out / "gpu_speed_logs", timeout=min(240, left() - 5))
+            finally:
+                os.environ.pop("OMP_NUM_THREADS") if saved is None else os.environ.update(OMP_NUM_THREADS=saved)
+            summary = work / "runs" / name / "summary.json"
+            if summary.is_file():
+                stage = list(json.loads(summary.read_text()).values())[-1]
+                row |= {"trainer_idle_s": stage.get("cost/trainer_idle_seconds", 0.0),
+                        "engine_idle_s": stage.get("cost/engine_idle_seconds", 0.0),
+                        "weight_sync_s": stage.get("cost/weight_sync_seconds", 0.0)}
+            return row
+        return run
+
+    return [("async", "grpo_cpu_sync", py, job("grpo_cpu_sync", 0)),
+            ("async", "grpo_cpu_async_k1", py, job("grpo_cpu_async_k1", 1))]
+
+
+def async_report(res: dict) -> list[str]:
+    rows = res.get("async") or {}
+    if not rows:
+        return []
+    sync, k1 = rows.get("grpo_cpu_sync", {}), rows.get("grpo_cpu_async_k1", {})
+    ratio = (f" Async ÷ sync wall per round: {k1['s_per_step'] / sync['s_per_step']:.2f}."
+             if "s_per_step" in sync and "s_per_step" in k1 else "")
+    return ["", "Asynchronous rounds (hardware=cpu: the engine process runs on the CPU only; "
+            f"{ASYNC_THREADS['gpu' if not res['meta']['dry_run'] else 'dry']} threads each for trainer and engine), "
+            f"one step a round, median of the measured steps.{ratio}", "", *table(rows, ASYNC_COLS, "s_per_step")]
+# ==== end async rounds ==============================================================================
 
 
 def save(res: dict, out: Path, stem: str) -> None:
@@ -258,6 +327,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None, help="default: $OUT, else bench/results")
     p.add_argument("--work", type=Path, default=None, help="model folder and run folders")
     p.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON"))
+    p.add_argument("--sections", default="generation,train,async", help="comma-separated: which parts run")
     p.add_argument("--generation-part", help=argparse.SUPPRESS)  # engine: one generation measurement, as JSON
     a = p.parse_args()
     mode = "dry" if a.dry_run else "gpu"
@@ -281,7 +351,7 @@ def main() -> None:
     res = {"meta": {"dry_run": a.dry_run, "device": torch.cuda.get_device_name() if mode == "gpu" else "cpu",
                     "torch": torch.__version__, "commit": commit.stdout.strip() or "?", "peak_tflops": a.peak_tflops,
                     "model": SIZES[mode], "shape": s, "folder": str(folder), "vllm_python": vpy, "parameters": 0},
-           "generation": {}, "train": {}}
+           "generation": {}, "train": {}, "async": {}}
 
     def left() -> float:
         return deadline - time.perf_counter()
@@ -307,13 +377,15 @@ def main() -> None:
             ("train", "dpo_ref", py, lambda: train("dpo_ref", dpo, [], py)),
             ("generation", "vllm", vpy, lambda: vllm_generation(vpy, work, min(240, left() - 5))),
             ("train", "grpo_vllm", vpy, lambda: train("grpo_vllm", grpo, vllm_gen, vpy))]
+    jobs[4:4] = async_jobs(mode, work, out, left)  # async rounds (issue 32): before vLLM, the riskiest
+    jobs = [j for j in jobs if j[0] in a.sections.split(",")]
     for section, name, python, job in jobs:
         print(f"[{time.perf_counter() - t0:.0f} s] {section} {name}", flush=True)
         row = res[section][name] = ({"skipped": why} if python is None else
                                     {"skipped": "time budget spent"} if left() < 45 else attempt(job))
         if section == "generation":
             add_mfu(row, a.peak_tflops, 2, row.get("prompt_tokens", 0) + row.get("generated_tokens", 0), "seconds")
-        else:
+        elif section == "train":
             add_mfu(row, a.peak_tflops, 6, row.get("trained_tokens_per_step", 0), "train_step_s")
         res["meta"]["parameters"] = res["meta"]["parameters"] or row.get("parameters", 0)
         res["elapsed_s"] = time.perf_counter() - t0

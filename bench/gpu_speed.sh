@@ -2,7 +2,12 @@
 # policyshift GPU speed in one go (≤ 10 minutes, setup included): generation tokens/s and MFU of the
 # generator seam vs model.generate (and vLLM where it imports), then GRPO (generator=hf, =vllm) and DPO
 # through train.py, on a ~0.5B Qwen2-shaped model with random weights in bf16. What is measured and how:
-# the docstring of bench/gpu_speed.py. NOT RUN ON A GPU YET (only `python bench/gpu_speed.py --dry-run`
+# the docstring of bench/gpu_speed.py.
+# --- async rounds (issue 32) ---
+# Also sync vs async rounds (callbacks.regenerate.max_staleness 0 vs 1): s/round, tokens/s, idle seconds, on
+# the CPU cores (the engine process is CPU-only): bench/gpu_speed.py's `async rounds` block.
+# --- end async rounds ---
+# NOT RUN ON A GPU YET (only `python bench/gpu_speed.py --dry-run`
 # on CPU has been checked).
 #
 #   bash bench/gpu_speed.sh                     # results: $OUT/gpu_speed.{json,md}, else bench/results/

@@ -13,6 +13,12 @@ again by the engine at the current weights. past_bound=drop: the engine generate
 weights it holds, and a round past the bound is discarded (its samples counted in
 rollout/async_dropped_records) and generated again in the trainer's process, synchronously.
 
+While the engine process loads (its imports and its copy of the model: seconds, tens of seconds on a loaded
+machine) the trainer would wait for it; with engine_startup=overlap it makes those rounds itself, fresh, as
+the synchronous loop does (counted in rollout/async_startup_rounds), and hands the engine the first round
+planned after it has loaded; engine_startup=wait keeps the schedule fixed by the seed (every round after the
+first from the engine, whatever the machine's load).
+
 Per round the ledger logs the trainer's and the engine's idle seconds, the weight syncs' seconds and
 bytes, the trainer's tokens per second of training, and the round's staleness (rollout/async_staleness);
 summary.json has their totals. k = 0 starts no engine: the synchronous path, untouched.
@@ -27,14 +33,16 @@ from generators.async_engine import AsyncEngine, Made
 class AsyncRounds:
     """The round loop's side of the engine: submit the next round, collect it within the bound."""
 
-    def __init__(self, generator, max_staleness: int, past_bound: str, timeout_s: float, threads: int):
+    def __init__(self, generator, max_staleness: int, past_bound: str, timeout_s: float, threads: int,
+                 startup: str = "overlap"):
         self.generator, self.k, self.past_bound = generator, max_staleness, past_bound
-        self.timeout_s, self.threads = timeout_s, threads
+        self.timeout_s, self.threads, self.startup = timeout_s, threads, startup
         self.engine: AsyncEngine | None = None
         self.in_flight: int | None = None  # the round index the engine is generating
+        self.made_here: int | None = None  # startup=overlap: the round left to the trainer while the engine loads
         self.totals = {"trainer_idle_seconds": 0.0, "engine_idle_seconds": 0.0, "weight_sync_seconds": 0.0,
                        "weight_sync_bytes": 0.0, "async_waited_rounds": 0, "async_dropped_rounds": 0,
-                       "async_dropped_records": 0}
+                       "async_dropped_records": 0, "async_startup_rounds": 0}
         self.round: dict[str, float] = {}  # the latest round's metrics
         self.trained_from = self.trained_tokens = 0.0  # the served round: wall clock at its start, its tokens
         self._synced, self._train, self._prompts = (0.0, 0.0), {}, []
@@ -48,6 +56,9 @@ class AsyncRounds:
     def submit(self, pl_module, dm, planned, round_index: int) -> None:
         """Hand round `round_index`'s planned groups to the engine, with the current weights pushed."""
         self.start(pl_module, dm)
+        if self.startup == "overlap" and not self.engine.loaded:  # the trainer makes it, fresh, rather than
+            self.made_here, self.in_flight = round_index, None    # wait seconds for the engine's start-up
+            return
         version = pl_module.policy_version
         self.engine.push(pl_module.policy, version)
         forecast = version + max(int(getattr(dm, "steps_per_round", 1)), 1)  # the version it will be served at
@@ -67,7 +78,9 @@ class AsyncRounds:
         """Round `round_index` from the engine within the bound; None when there is none to collect
         (none in flight: the first round, a resumed one) or it was dropped (the caller generates it)."""
         if self.engine is None or self.in_flight != round_index:
-            self.round = {}
+            if self.made_here == round_index:
+                self.totals["async_startup_rounds"] += 1
+            self.round, self.made_here = {}, None
             return None
         start, serve = time.perf_counter(), pl_module.policy_version
         self._close_training(start)
@@ -126,4 +139,5 @@ class AsyncRounds:
                 "cost/weight_sync_seconds": t["weight_sync_seconds"], "cost/weight_sync_bytes": t["weight_sync_bytes"],
                 "rollout/async_waited_rounds": t["async_waited_rounds"],
                 "rollout/async_dropped_rounds": t["async_dropped_rounds"],
-                "rollout/async_dropped_records": t["async_dropped_records"]}
+                "rollout/async_dropped_records": t["async_dropped_records"],
+                "rollout/async_startup_rounds": t["async_startup_rounds"]}

@@ -56,10 +56,10 @@ class DroppedRoundsError(RuntimeError):
 class RegenerateExperience(L.Callback):
     def __init__(self, generator: HFGenerator, reward: RewardSource, max_dropped_rounds: int = 3, env=None,
                  max_staleness: int = 0, past_bound: str = "wait", engine_timeout_s: float = 600.0,
-                 engine_threads: int = 1):
+                 engine_threads: int = 1, engine_startup: str = "overlap"):
         # max_staleness > 0: asynchronous rounds (callbacks/async_rounds.py); 0 starts no engine
-        self.ahead = (AsyncRounds(generator, max_staleness, past_bound, engine_timeout_s, engine_threads)
-                      if max_staleness > 0 else None)
+        self.ahead = (AsyncRounds(generator, max_staleness, past_bound, engine_timeout_s, engine_threads,
+                                  engine_startup) if max_staleness > 0 else None)
         self.pending_prompts = None  # async: the next round's planned groups, handed to the engine
         self._made = None  # async: the engine's output for the round being made
         self.generator, self.reward, self.env = generator, reward, env  # env: a factory (envs/), None: one turn
@@ -93,7 +93,14 @@ class RegenerateExperience(L.Callback):
         if getattr(trainer.datamodule, "online", False) and self.rounds <= self.epochs_ended and not stopped:
             self.regenerate(trainer, pl_module, "start")
         elif self.ahead is not None and self.pending_prompts is not None and not stopped:  # resumed: the round
-            self.ahead.submit(pl_module, trainer.datamodule, self.pending_prompts, self.rounds)  # in flight, again
+            self._resubmit = True  # in flight, again, once Lightning has restored the step (on_train_start)
+
+    def on_train_start(self, trainer, pl_module):
+        # Lightning restores the loops (global_step: the policy version) after on_fit_start: handed over at
+        # fit start, a resumed run's round in flight was numbered version 0 and came back "past the bound"
+        if getattr(self, "_resubmit", False):
+            self._resubmit = False
+            self.ahead.submit(pl_module, trainer.datamodule, self.pending_prompts, self.rounds)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.ahead is not None:

@@ -8,7 +8,12 @@
 - the run config: every stage's resolved config nested under its name, with its batch arithmetic
   (from config.yaml when train.py wrote one, the live stage's own from `set_stage_config`);
 - the finished stages' summary.json entries in `run.summary`, prefixed (`sft/val/accuracy_after`);
-- one run for all stages: a stage's logger reuses the job's live run (same id, `resume: allow`).
+- one run for all stages: a stage's logger reuses the job's live run (same id, `resume: allow`);
+- two more axes in every row beside the steps (AXES): `<stage>/cost/generated_tokens`, the stage's generated
+  tokens so far (the latest value a round logged, carried into every later row), and
+  `<stage>/train/policy_version`, the run-wide version of the weights being trained (records' provenance
+  `policy_version`). Rows are logged without an explicit W&B step, so none lands on a committed step and is
+  dropped: any metric can be drawn against any axis.
 
 `WandbSamples` (conf/callbacks/default.yaml `samples`) adds, when such a logger is active, on rank 0:
 a samples table per round and, at the stage's end, its summary values in `run.summary`.
@@ -115,6 +120,9 @@ class StageWandbLogger(WandbLogger):
         self._stage_config: dict | None = None
         self._describe_batch = None
         self._described = False
+        self._axes: dict[str, float] = {}  # the latest value of each AXES key, carried into every row
+
+    AXES = ("cost/generated_tokens",)  # carried forward from the row that logged them (+ train/policy_version)
 
     def set_stage_config(self, cfg: DictConfig, describe_batch=None) -> None:
         """The live stage's config (run/stages.build_loggers): logged resolved, under its name, each
@@ -146,6 +154,8 @@ class StageWandbLogger(WandbLogger):
         run.define_metric("run_step")
         run.define_metric(f"{self.stage}/step")
         run.define_metric(f"{self.stage}/*", step_metric=f"{self.stage}/step")
+        for axis in (*self.AXES, "train/policy_version"):  # x-axes beside the step: their last value summarised
+            run.define_metric(f"{self.stage}/{axis}", step_metric=f"{self.stage}/step", summary="max")
         configs = recorded_stage_configs(self._save_dir or ".")
         if self._stage_config is not None:
             configs[self.stage] = self._stage_config
@@ -159,7 +169,9 @@ class StageWandbLogger(WandbLogger):
     @rank_zero_only
     def log_metrics(self, metrics, step: int | None = None) -> None:
         step = int(step or 0)
-        row = {f"{self.stage}/{k}": v for k, v in metrics.items()}
+        self._axes |= {k: metrics[k] for k in self.AXES if k in metrics}
+        row = {f"{self.stage}/{k}": v for k, v in (self._axes | metrics).items()}
+        row[f"{self.stage}/train/policy_version"] = self.step_offset + step  # = the module's policy_version
         self.experiment.log(row | {f"{self.stage}/step": step, "run_step": self.step_offset + step})
 
     @rank_zero_only

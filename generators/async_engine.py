@@ -53,10 +53,12 @@ class Request:
     round_index: int
 
 
-def _serve(shared, tokenizer, generator, lock, version, need, requests, results, threads: int, parent: int) -> None:
+def _serve(shared, tokenizer, generator, lock, version, need, requests, results, threads: int, parent: int,
+           ready) -> None:
     """The engine process's loop: one request at a time, until None (or the parent is gone)."""
     torch.set_num_threads(threads)
     private, held = copy.deepcopy(shared), -1
+    ready.set()  # loaded: its imports and its model (seconds, more on a loaded machine)
     idle_from = time.perf_counter()
     while True:
         try:
@@ -112,12 +114,13 @@ class AsyncEngine:
         self.shared = copy.deepcopy(policy).requires_grad_(False).share_memory()
         self.tensors = self._unique(self.shared)
         self.lock, self.version, self.need = ctx.Lock(), ctx.Value("q", -1), ctx.Value("q", -1)
+        self.ready = ctx.Event()  # set by the engine once it has loaded
         self.requests, self.results = ctx.Queue(), ctx.Queue()
         self.timeout_s, self.pending = timeout_s, None
         self.sync_seconds = self.sync_bytes = 0.0  # the weight-update path, since the engine started
         self.process = ctx.Process(target=_serve, daemon=True, name="policyshift-engine",
                                    args=(self.shared, tokenizer, generator, self.lock, self.version, self.need,
-                                         self.requests, self.results, threads, os.getpid()))
+                                         self.requests, self.results, threads, os.getpid(), self.ready))
         with _main_hidden():
             self.process.start()
         atexit.register(self.stop)
@@ -143,6 +146,16 @@ class AsyncEngine:
             self.version.value = version
         self.sync_seconds += time.perf_counter() - start
         self.sync_bytes += sum(t.numel() * t.element_size() for t in self.tensors)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the engine process has loaded (imported what it needs and copied the model); EngineError
+        if it exited before (a trainer that never asks it would otherwise make every round itself)."""
+        if not self.ready.is_set() and self.process.exitcode is not None:
+            raise EngineError(f"the generation engine (process {self.process.pid}) exited with code "
+                              f"{self.process.exitcode} while loading (callbacks.regenerate.max_staleness > 0 runs "
+                              f"it in its own process)")
+        return self.ready.is_set()
 
     @property
     def waiting(self) -> bool:

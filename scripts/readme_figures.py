@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from scripts.figures import training, bench, economics  # noqa: F401,I001  (they register their figures, in this order)
+from scripts.figures import async_rounds  # noqa: F401,E402  (registers the overlap figure, issue 32)
 from scripts.figures.provenance import ROOT, Provenance, header
 from scripts.figures.readme import NOTES, RESULTS, block_body, page_of, splice, splice_file
 from scripts.figures.registry import FIGURES, PENDING, Figure

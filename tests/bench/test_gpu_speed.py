@@ -28,7 +28,7 @@ def test_dry_run_writes_every_part(tmp_path):
     env = os.environ | {"OMP_NUM_THREADS": "1", "OUT": str(tmp_path / "out")}
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_speed.py"), "--dry-run",
                            "--work", str(tmp_path / "work")], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=180)
+                          text=True, timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "out" / "gpu_speed_dry.json").read_text())
     assert res["meta"]["dry_run"] and res["meta"]["parameters"] > 0
@@ -47,3 +47,22 @@ def test_dry_run_writes_every_part(tmp_path):
     assert "skipped" in res["train"]["grpo_vllm"]
     md = (tmp_path / "out" / "gpu_speed_dry.md").read_text()
     assert "| seam |" in md and "| grpo_hf |" in md and "DRY RUN" in md
+    assert set(res["async"]) == {"grpo_cpu_sync", "grpo_cpu_async_k1"}  # the async block (issue 32)
+    for name, row in res["async"].items():
+        assert row["rc"] == 0 and row["optimizer_steps"] == 4 and row["trainer_idle_s"] >= 0, (name, row)
+    assert "| grpo_cpu_async_k1 |" in md and "Async ÷ sync wall per round" in md
+
+
+def test_async_report_tables_the_two_runs_and_their_ratio():
+    """The async block's markdown: one row a run, s/round, tokens/s from the trained tokens a step, idle
+    seconds, and the async ÷ sync wall per round (0.75 / 1.5 = 0.5)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.gpu_speed import async_report
+
+    row = dict(rc=0, throughput=200.0, trained_tokens_per_step=300.0, train_step_s=0.4, trainer_idle_s=0.1,
+               engine_idle_s=0.2)
+    res = {"meta": {"dry_run": False}, "async": {"grpo_cpu_sync": row | {"s_per_step": 1.5},
+                                                   "grpo_cpu_async_k1": row | {"s_per_step": 0.75}}}
+    md = "\n".join(async_report(res))
+    assert "Async ÷ sync wall per round: 0.50." in md and "8 threads each" in md
+    assert "| grpo_cpu_async_k1 | 0.750 | 200 | 400 | 0.400 | 0.10 | 0.20 |  |" in md

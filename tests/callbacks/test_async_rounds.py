@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -16,7 +17,9 @@ from hydra.core.global_hydra import GlobalHydra
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import open_dict
 
-from generators.async_engine import EngineError
+from callbacks.async_rounds import AsyncRounds
+from generators.async_engine import AsyncEngine, EngineError, Made
+from generators.base import GenerationOutput
 from run.checkpointing import ResumeState
 from run.errors import ConfigError, format_error, user_error
 from run.stages import plan_stages
@@ -25,7 +28,8 @@ from tests.data_modules.test_replay_mix import OVERRIDES, ServedRecorder, build_
 
 ONE_STEP_ROUNDS = ["data.replay_ratio=0", "data.max_reuse=null", "data.max_staleness=null",
                    "algorithm.epochs_per_round=1", "data.batch_size=16"]  # 16 records a round: 1 step
-ASYNC = ONE_STEP_ROUNDS + ["correction=decoupled_ppo", "callbacks.regenerate.max_staleness=1"]
+ASYNC = ONE_STEP_ROUNDS + ["correction=decoupled_ppo", "callbacks.regenerate.max_staleness=1",
+                          "callbacks.regenerate.engine_startup=wait"]  # the schedule fixed by the seed
 
 
 def engines_alive() -> list:
@@ -40,7 +44,8 @@ def test_staleness_zero_is_the_synchronous_path_bit_for_bit(tmp_path):
         stage = stage_cfg(tmp_path / str(len(runs)), ONE_STEP_ROUNDS + extra)
         if not extra:  # the callback exactly as main built it: no async key in its node
             with open_dict(stage.cfg):
-                for key in ("max_staleness", "past_bound", "engine_timeout_s", "engine_threads"):
+                for key in ("max_staleness", "past_bound", "engine_timeout_s", "engine_threads",
+                            "engine_startup"):
                     del stage.cfg.callbacks.regenerate[key]
         trainer, module, dm, regenerate = build_parts(stage, 3)
         trainer.fit(module, datamodule=dm)
@@ -90,6 +95,81 @@ def test_rounds_of_two_steps_past_a_bound_of_one(tmp_path, past_bound, behind, d
     summary = regenerate.summary()
     assert summary["rollout/async_dropped_rounds"] == dropped and summary["rollout/async_dropped_records"] == 16 * dropped
     assert summary["cost/records_generated"] == 4 * 16  # a dropped round's samples are not counted as trained-on
+
+
+class LoadingEngine:
+    """Stands in for AsyncEngine: loaded once `loaded` is set; records what it is asked."""
+
+    def __init__(self):
+        self.loaded, self.submitted, self.pending = False, [], None
+        self.sync_seconds = self.sync_bytes = 0.0
+
+    def push(self, policy, version):
+        pass
+
+    def submit(self, prompts, seed, round_index, need):
+        self.submitted.append(round_index)
+        self.need = need
+
+    @property
+    def waiting(self):
+        return False
+
+    def lower_need(self, need):
+        pass
+
+    def collect(self):
+        return Made(GenerationOutput([[1, 2]], [[-0.5, -0.5]], 0.1), version=3, idle_seconds=0.0)
+
+
+def test_the_trainer_makes_the_rounds_itself_while_the_engine_loads():
+    """engine_startup=overlap: a round planned while the engine is still loading is not handed to it (the
+    trainer makes it, fresh: collect gives None) and is counted; the first round planned after it has
+    loaded goes to the engine. engine_startup=wait hands every round to the engine, loaded or not."""
+    module, dm = SimpleNamespace(policy=None, policy_version=3), SimpleNamespace(steps_per_round=1, group_size=1, seed=0)
+    planned = [(None, [5, 6], 0)]
+    overlap = AsyncRounds(None, 1, "wait", 10.0, 1, "overlap")
+    overlap.engine = engine = LoadingEngine()
+    overlap.submit(module, dm, planned, round_index=1)
+    assert engine.submitted == [] and overlap.collect(module, 1) is None
+    overlap.submit(module, dm, planned, round_index=2)
+    assert overlap.collect(module, 2) is None and overlap.summary()["rollout/async_startup_rounds"] == 2
+    engine.loaded = True
+    overlap.submit(module, dm, planned, round_index=3)
+    made = overlap.collect(module, 3)
+    assert engine.submitted == [3] and made.version == 3 and overlap.round["rollout/async_staleness"] == 0.0
+    assert overlap.summary()["rollout/async_startup_rounds"] == 2
+    wait = AsyncRounds(None, 1, "wait", 10.0, 1, "wait")
+    wait.engine = LoadingEngine()
+    wait.submit(module, dm, planned, round_index=1)
+    assert wait.engine.submitted == [1] and wait.collect(module, 1) is not None
+    assert wait.summary()["rollout/async_startup_rounds"] == 0
+
+
+@pytest.mark.parametrize(("k", "need"), [(1, 4), (2, 3), (3, 3)])
+def test_a_bound_of_a_whole_round_lets_the_engine_start_at_once(k, need):
+    """Two steps a round, handed over at version 3 (served from version 5): past_bound=wait asks for weights of
+    version ≥ 5 - k. k = 1: the round's first step (4), so the engine overlaps only the second; k ≥ 2 (≥ the
+    round's steps): the weights it is handed (3), so it starts at once and overlaps the whole round."""
+    module, dm = SimpleNamespace(policy=None, policy_version=3), SimpleNamespace(steps_per_round=2, group_size=1, seed=0)
+    rounds = AsyncRounds(None, k, "wait", 10.0, 1, "wait")
+    rounds.engine = LoadingEngine()
+    rounds.submit(module, dm, [(None, [5, 6], 0)], round_index=1)
+    assert max(rounds.engine.need, module.policy_version) == need
+
+
+def test_an_engine_that_exits_while_loading_ends_the_run_in_one_line():
+    """Under engine_startup=overlap the trainer asks whether the engine has loaded before each round: one that
+    exited first raises (else the trainer would make every round itself, silently)."""
+    engine = AsyncEngine.__new__(AsyncEngine)
+    engine.ready, engine.process = mp.get_context("spawn").Event(), SimpleNamespace(exitcode=-9, pid=4321)
+    with pytest.raises(EngineError, match=r"process 4321\) exited with code -9 while loading") as err:
+        engine.loaded  # noqa: B018
+    assert len(format_error(err.value).splitlines()) == 1
+    engine.process = SimpleNamespace(exitcode=None, pid=4321)
+    assert engine.loaded is False
+    engine.ready.set()
+    assert engine.loaded is True
 
 
 class KillEngine(L.Callback):
@@ -161,3 +241,4 @@ def test_a_resumed_run_generates_the_round_in_flight_again_and_counts_it_once(tm
     served = {step: sorted({g for g, _, _, _ in s}) for step, s in resumed.epochs}  # the later entry wins
     assert served == {2: never_stopped[2], 3: never_stopped[3]}
     assert regenerate.totals["records_generated"] == 4 * 16 and not engines_alive()
+    assert regenerate.summary()["rollout/async_waited_rounds"] == 0  # handed over at the restored version

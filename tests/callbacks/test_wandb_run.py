@@ -87,6 +87,11 @@ def test_two_stage_run_tells_the_whole_story(tmp_path):
     first_grpo = next(h for h in rows if "grpo/step" in h)
     assert first_grpo["grpo/step"] == 0 and first_grpo["run_step"] == 4  # after SFT's 4 steps
     assert ("grpo/*", "grpo/step") in run["metrics"] and ("run_step", "") in run["metrics"]
+    assert ("grpo/cost/generated_tokens", "grpo/step") in run["metrics"]  # the axes beside the step
+    grpo_rows = [h for h in rows if "grpo/step" in h]
+    assert all(h["grpo/train/policy_version"] == h["run_step"] for h in grpo_rows)  # SFT's 4 + the step
+    assert grpo_rows[-1]["grpo/cost/generated_tokens"] == json.loads((out / "summary.json").read_text())["grpo"][
+        "cost/generated_tokens"]
 
     # a samples table per round: 4 GRPO rounds (and SFT's demonstrations once), 16 rows each
     tables = sorted((run["files"] / "media" / "table" / "grpo").glob("samples_*.table.json"))
@@ -122,11 +127,12 @@ class FakeRun:
         self.rows, self.defined, self.configs, self.summary = [], [], [], {}
         self.config = SimpleNamespace(update=lambda d, allow_val_change=False: self.configs.append(d))
 
-    def log(self, row):
-        self.rows.append(row)
-
-    def define_metric(self, name, step_metric=None):
+    def define_metric(self, name, step_metric=None, **settings):
         self.defined.append((name, step_metric))
+
+    def log(self, row, step=None, commit=None):  # noqa: F811 - the logger must never name a step
+        assert step is None and commit is None, "a row logged against an explicit W&B step may be dropped"
+        self.rows.append(row)
 
 
 def test_a_resumed_stage_continues_the_run_step(tmp_path):
@@ -138,11 +144,31 @@ def test_a_resumed_stage_continues_the_run_step(tmp_path):
     run = FakeRun()
     logger = StageWandbLogger(stage="grpo", save_dir=str(tmp_path), project="p", experiment=run)
     logger.log_metrics({"train/loss": 0.5, "epoch": 2}, step=3)
-    assert run.rows == [{"grpo/train/loss": 0.5, "grpo/epoch": 2, "grpo/step": 3, "run_step": 38}]
+    assert run.rows == [{"grpo/train/loss": 0.5, "grpo/epoch": 2, "grpo/train/policy_version": 38, "grpo/step": 3,
+                         "run_step": 38}]
     assert ("grpo/*", "grpo/step") in run.defined
     assert run.configs[0]["stages"] == []  # no config.yaml in this folder: nothing recorded yet
     assert run.summary == {"sft/train/steps": 30, "dpo/train/steps": 5}  # the other finished stages
     assert "anonymous" not in logger._wandb_init
+
+
+def test_generated_tokens_and_policy_version_are_axes_of_every_row(tmp_path):
+    """Beside the steps, every row carries the stage's generated tokens so far (the latest a round logged,
+    carried forward; none before the first round) and the run-wide policy version (earlier stages' 35 steps +
+    this stage's step), both defined as metrics; rows at the same step stay separate rows (no explicit step)."""
+    (tmp_path / "summary.json").write_text(json.dumps({"sft": {"train/steps": 35}}))
+    run = FakeRun()
+    logger = StageWandbLogger(stage="grpo", save_dir=str(tmp_path), project="p", experiment=run)
+    logger.log_metrics({"val/accuracy": 0.8}, step=0)
+    logger.log_metrics({"rollout/reward_mean": 0.4, "cost/generated_tokens": 900.0}, step=0)
+    logger.log_metrics({"train/loss": 0.5}, step=1)
+    logger.log_metrics({"rollout/reward_mean": 0.5, "cost/generated_tokens": 1800.0}, step=1)
+    logger.log_metrics({"train/loss": 0.4}, step=2)
+    tokens = [r.get("grpo/cost/generated_tokens") for r in run.rows]
+    assert tokens == [None, 900.0, 900.0, 1800.0, 1800.0]
+    assert [r["grpo/train/policy_version"] for r in run.rows] == [35, 35, 36, 36, 37]
+    assert [r["grpo/step"] for r in run.rows] == [0, 0, 1, 1, 2] and run.rows[4]["grpo/train/loss"] == 0.4
+    assert {("grpo/cost/generated_tokens", "grpo/step"), ("grpo/train/policy_version", "grpo/step")} <= set(run.defined)
 
 
 def test_sample_rows_name_the_source_staleness_and_each_reward():

@@ -94,6 +94,7 @@ class Regenerate(OpenNode):
     past_bound: must(Literal["wait", "drop"], "wait or drop") = None
     engine_timeout_s: PositiveNumber = None
     engine_threads: PositiveInt = None
+    engine_startup: must(Literal["overlap", "wait"], "overlap or wait") = None
 
 
 class Evaluate(OpenNode):
