@@ -201,10 +201,10 @@ def test_harvested_experience_is_served_and_updates_the_prompts_evidence(tmp_pat
                                           reward=PassFail())
     before_fresh, real_observe, real_put = [], dm2.policy.observe, dm2.put
 
-    def observe(key, rewards, round_):
+    def observe(key, rewards, round_, *rest):
         if not dm2.rounds_put and not putting:
             before_fresh.append(key)
-        real_observe(key, rewards, round_)
+        real_observe(key, rewards, round_, *rest)
 
     def put(records):
         putting.append(True)
