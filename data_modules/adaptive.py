@@ -37,6 +37,14 @@ from tasks.base import encode_example
 SERVED = {"fresh": "fresh", "replay": "replay", "dataset": "harvest"}  # served_as → the policy's source
 
 
+def informative(records: list[ExperienceRecord]) -> list[ExperienceRecord]:
+    """The records of the groups (by group id, among `records`) whose rewards do not all tie."""
+    rewards: dict[int, list[float]] = {}
+    for r in records:
+        rewards.setdefault(r.group_id, []).append(r.reward)
+    return [r for r in records if max(rewards[r.group_id]) - min(rewards[r.group_id]) >= 1e-6]
+
+
 class AdaptiveDataModule(ReplayMixDataModule):
     def __init__(self, policy: AdaptivePolicy, max_staleness: int | None, max_reuse: int | None, eviction: str,
                  priority_alpha: float, harvest: str | None, harvest_mismatch: str, allow_uncorrected: bool,
@@ -211,7 +219,11 @@ class AdaptiveDataModule(ReplayMixDataModule):
         return dict(getattr(module, "last_diagnostics", {}) or {})
 
     def _measure(self) -> None:
-        """Feed the last round's served records (value, ESS, cost per source) to the policy's EMAs."""
+        """Feed the last round's served records (value, ESS, unclipped share, cost per source) to the policy's
+        EMAs, each source over its informative records only (groups whose rewards do not all tie): replay is
+        drawn mostly from informative groups, fresh data is not, and comparing the two over all records would
+        value replay 1/(1 − z) too high at a tie share z. A source whose every served group tied realised
+        nothing: value 0."""
         served = [r for r in self.epoch_records() if r.provenance.times_used > 0] if self.rounds_put else []
         diag = self._diagnostics()
         measures = {}
@@ -219,12 +231,15 @@ class AdaptiveDataModule(ReplayMixDataModule):
             rs = [r for r in served if r.served_as == label]
             if not rs:
                 continue
-            generated = sum(len(r.completion_ids) for r in rs) / len(rs) if source == "fresh" else 0.0
-            trained = self.passes * sum(len(r.prompt_ids) + len(r.completion_ids) for r in rs) / len(rs)
+            useful = informative(rs)
+            priced = useful or rs
+            generated = sum(len(r.completion_ids) for r in priced) / len(priced) if source == "fresh" else 0.0
+            trained = self.passes * sum(len(r.prompt_ids) + len(r.completion_ids) for r in priced) / len(priced)
             measures[source] = SourceMeasure(
-                records=len(rs), mean_abs_advantage=sum(abs(r.advantage) for r in rs) / len(rs),
+                records=len(rs), mean_abs_advantage=sum(abs(r.advantage) for r in useful) / max(len(useful), 1),
                 ess_frac=float(diag.get(f"train/ess_frac/source_{label}", 1.0)),
-                cost=self.policy.record_cost(generated, trained))
+                cost=self.policy.record_cost(generated, trained),
+                unclipped=1.0 - float(diag.get(f"train/adv_clip_frac/source_{label}", 0.0)))
         self.policy.update_values(measures)
 
     def _replay_measure(self) -> ReplayMeasure | None:

@@ -14,8 +14,9 @@ experience", states the rules with their equations. In short, each round:
               s̄: drift per policy version κ_ess = −ln(e)/s̄, κ_kl = k/s̄; replay older than
               L = min(max_staleness, ⌊ln(1/min_ess_frac)/κ_ess⌋, ⌊max_kl/κ_kl⌋) versions is retired. A round
               that served no replay measures nothing: L grows by one (a probe) up to max_staleness.
-    mix       value per cost of each source s (fresh, replay, harvest) from its served records: u_s =
-              mean|A| · ESS_s / cost per record (generated and trained tokens at the ledger's prices),
+    mix       value per cost of each source s (fresh, replay, harvest) from its served informative records
+              (groups whose rewards do not all tie): u_s = mean|A| · ESS_s · (1 − c_s) / cost per record,
+              c_s its |A|-weighted clipped share (generated and trained tokens at the ledger's prices),
               smoothed ū_s ← (1 − ema)·ū_s + ema·u_s; fresh share f = clamp(ū_f / Σ ū, min_fresh_frac,
               max_fresh_frac), the rest split over replay and harvest ∝ ū.
 
@@ -62,12 +63,15 @@ SELECTIONS = ("thompson", "stream", "greso")
 
 @dataclass(frozen=True)
 class SourceMeasure:
-    """What one source's served records of the last round said: mean |advantage|, the ESS fraction measured on
-    them (1 for unmeasured on-policy data) and the cost of one record (generated + trained tokens, priced)."""
+    """What one source's served records of the last round said, over its informative records (groups whose
+    rewards do not all tie): mean |advantage|, the ESS fraction measured on them (1 for unmeasured on-policy
+    data), the cost of one record (generated + trained tokens, priced) and the |advantage|-weighted share of
+    its tokens the correction did not clip (1 − train/adv_clip_frac/source_*; 1 when not measured)."""
     records: int
     mean_abs_advantage: float
     ess_frac: float
     cost: float
+    unclipped: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -327,11 +331,11 @@ class AdaptivePolicy:
         return generated * self.price_generated + trained * self.price_trained
 
     def update_values(self, measures: dict[str, SourceMeasure]) -> None:
-        """ū_s ← (1 − ema)·ū_s + ema·u_s for each source served last round, u_s = mean|A| · ESS / cost."""
+        """ū_s ← (1 − ema)·ū_s + ema·u_s for each source served last round, u_s = mean|A| · ESS · unclipped / cost."""
         for s, m in measures.items():
             if m.records == 0:
                 continue
-            u = m.mean_abs_advantage * m.ess_frac / max(m.cost, 1e-12)
+            u = m.mean_abs_advantage * m.ess_frac * m.unclipped / max(m.cost, 1e-12)
             self.values[s] = u if s not in self.values else (1 - self.ema) * self.values[s] + self.ema * u
             self.values[s] = max(self.values[s], 0.0)
 

@@ -110,7 +110,7 @@ def test_the_evidence_counts_every_fresh_sample_and_the_summary_has_the_decision
     assert {"fresh", "replay"} <= set(dm.policy.values)  # both sources were valued
 
 
-@pytest.mark.parametrize("selection", ["stream", "thompson"])
+@pytest.mark.parametrize("selection", ["stream", "thompson", "greso"])
 def test_resume_restores_the_controller_exactly(tmp_path, selection):
     stage = stage_cfg(tmp_path, [f"data.policy.selection={selection}"])
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=1, every_n_epochs=1,
