@@ -387,15 +387,15 @@ class AdaptivePolicy:
         if field(state, "limit", where) is not None:
             integer(state["limit"], f"{where}.limit")
         one_of(field(state, "reuse_reason", where), f"{where}.reuse_reason", REUSE_REASONS)
-        if self.greso is not None:
-            self.greso.check_state(field(state, "greso", where), f"{where}.greso", prompts)
+        if self.greso is not None and state.get("greso") is not None:  # a checkpoint from before GRESO: fresh state
+            self.greso.check_state(state["greso"], f"{where}.greso", prompts)
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.setstate(_as_tuple(state["rng"]))
         self.evidence = {int(k): list(v) for k, v in state["evidence"].items()}
         self.values, self.limit = dict(state["values"]), state["limit"]
         self.reuse_reason = state["reuse_reason"]
-        if self.greso is not None:
+        if self.greso is not None and state.get("greso") is not None:
             self.greso.load_state_dict(state["greso"])
 
 

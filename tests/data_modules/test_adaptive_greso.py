@@ -127,3 +127,25 @@ def test_fresh_and_replay_equally_good_on_their_informative_groups_are_valued_al
     dm.epoch_records = lambda: fresh[4:] + replay  # fresh served only tied groups
     dm._measure()
     assert dm.policy.values["fresh"] == 0.0
+
+
+@pytest.mark.slow
+def test_two_ranks_skip_alike_with_dynamic_sampling(tmp_path):
+    """hardware=ddp, selection=greso with dynamic sampling on a 12-prompt pool: every round both ranks hold the same
+    decision (GRESO's skips and strengths included), the same fresh prompts (refills too) and the same replay
+    (SameDecisionOnRanks raises otherwise)."""
+    from tests.hardware.test_train_ranks import RANKS
+    from tests.test_train_e2e import train
+    out = tmp_path / "run"
+    ranks = [a for a in RANKS if not a.startswith(("reward.fn", "task.num_heldout", "callbacks.evaluate.num_examples"))]
+    proc = train("hardware=ddp", *ranks, "data=adaptive", "data.policy.selection=greso", "trainer.max_steps=6",
+                 "algorithm.dynamic_sampling=true", "algorithm.max_gen_batches=2", "task.operands_max=4",
+                 "task.num_heldout=4", "callbacks.evaluate.num_examples=4", "data.policy.greso.explore_step=0.1",
+                 "reward.fn._target_=tests.data_modules.test_adaptive_greso.tied_by_prompt",
+                 "+callbacks.same_mix._target_=tests.data_modules.test_adaptive.SameDecisionOnRanks",
+                 f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())["grpo"]
+    rounds = int(summary["rollout/rounds"])
+    assert f"[same_mix] {rounds} rounds decided alike on 2 ranks" in proc.stdout
+    assert summary["mix/greso_explore_fail"] != 0.5 or summary["mix/greso_explore_pass"] != 0.5
