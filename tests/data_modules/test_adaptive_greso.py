@@ -71,7 +71,8 @@ def test_dynamic_sampling_drops_count_as_visits_and_move_the_controller(tmp_path
 
 def test_train_py_end_to_end_with_greso(tmp_path):
     """python train.py data=adaptive data.policy.selection=greso (tiny): prompts revisited over passes of a 12-prompt
-    pool, GRESO's decisions in summary.json and each round's row."""
+    pool (fresh data only, so only the selection acts: the mix would value mostly tied fresh rounds low and serve
+    replay), GRESO's decisions in summary.json and each round's row."""
     import csv
 
     from tests.helpers import TINY_MODEL
@@ -81,7 +82,8 @@ def test_train_py_end_to_end_with_greso(tmp_path):
                  "data.prompts_per_round=4", "data.batch_size=16", "algorithm.group_size=4",
                  "generator.max_new_tokens=4", "task.operands_max=4", "task.num_heldout=4",
                  "callbacks.evaluate.num_examples=4", "callbacks.progress.refresh_rate=0", "logger=csv",
-                 "data.policy.greso.explore_step=0.1", "reward=function",
+                 "data.policy.greso.explore_step=0.1", "data.policy.min_fresh_frac=1", "data.policy.max_fresh_frac=1",
+                 "reward=function",
                  "reward.fn._target_=tests.data_modules.test_adaptive_greso.tied_by_prompt", f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())["grpo"]
@@ -143,7 +145,7 @@ def test_two_ranks_skip_alike_with_dynamic_sampling(tmp_path):
                  "task.num_heldout=4", "callbacks.evaluate.num_examples=4", "data.policy.greso.explore_step=0.1",
                  "reward.fn._target_=tests.data_modules.test_adaptive_greso.tied_by_prompt",
                  "+callbacks.same_mix._target_=tests.data_modules.test_adaptive.SameDecisionOnRanks",
-                 f"hydra.run.dir={out}")
+                 f"hydra.run.dir={out}", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())["grpo"]
     rounds = int(summary["rollout/rounds"])
