@@ -205,6 +205,8 @@ class RegenerateExperience(L.Callback):
             return GenBatch(*self._whole_round(*self._scored(pl_module, dm, prompts), prompts))
 
         batches, chosen, metrics = fill_round(planned, dm.fresh_prompts, scored, pl_module.max_gen_batches)
+        # every scored group, the dropped ones too, as the data module's evidence (data=adaptive: GRESO's runs)
+        getattr(dm, "generated", lambda records: None)([r for b in batches for r in b.records])
         records = annotate_by_rank(pl_module.annotate, chosen)
         return (records, *merged(batches)), metrics
 

@@ -5,6 +5,8 @@ every choice made from measurements by a pure policy object (data_modules/adapti
     which prompts get fresh samples   a pass-rate posterior per training prompt from all its past groups
                                       (fresh at generation, harvested at load); confidently solved or hopeless
                                       prompts are skipped, the rest ranked by a Thompson draw of their signal
+                                      (selection=thompson), or the stream passed over with GRESO's calibrated
+                                      probability (selection=greso, data_modules/greso.py)
     how long replay stays servable    the last round's measured ESS and KL of the served replay set a
                                       staleness limit (the user's max_staleness and max_reuse stay as caps);
                                       replayed groups are drawn by priority (mean |advantage|)
@@ -35,6 +37,14 @@ from tasks.base import encode_example
 SERVED = {"fresh": "fresh", "replay": "replay", "dataset": "harvest"}  # served_as → the policy's source
 
 
+def informative(records: list[ExperienceRecord]) -> list[ExperienceRecord]:
+    """The records of the groups (by group id, among `records`) whose rewards do not all tie."""
+    rewards: dict[int, list[float]] = {}
+    for r in records:
+        rewards.setdefault(r.group_id, []).append(r.reward)
+    return [r for r in records if max(rewards[r.group_id]) - min(rewards[r.group_id]) >= 1e-6]
+
+
 class AdaptiveDataModule(ReplayMixDataModule):
     def __init__(self, policy: AdaptivePolicy, max_staleness: int | None, max_reuse: int | None, eviction: str,
                  priority_alpha: float, harvest: str | None, harvest_mismatch: str, allow_uncorrected: bool,
@@ -53,6 +63,7 @@ class AdaptiveDataModule(ReplayMixDataModule):
         self.said: str | None = None  # the reason the console last showed
         self.decision_seconds = 0.0   # the controller's own bookkeeping: planning rounds, taking in evidence
         self.decision_ms = 0.0        # the last round's planning
+        self._generated: dict[int, list[float]] | None = None  # the round's groups `generated` took, until `put`
 
     # ---- planning a round ----------------------------------------------------------------------------
     def next_prompts(self, n: int | None = None):
@@ -68,8 +79,12 @@ class AdaptiveDataModule(ReplayMixDataModule):
         """Measure the last round, retire replay past the limit, set the mix, pick the fresh prompts."""
         if self.harvest and not self.harvested:
             self._harvest()
-            self._observe([r for g in self.buffer.groups.values() for r in g if r.provenance.policy_version is None])
+            self._observe([r for g in self.buffer.groups.values() for r in g if r.provenance.policy_version is None],
+                          generated=False)
         self._measure()
+        greso = self.policy.greso if self._greso() else None
+        if greso is not None:  # the last round's tie shares move the skip strengths (data_modules/greso.py)
+            greso.update()
         limit = self.policy.update_reuse(self._replay_measure(), self.buffer.max_staleness)
         self.buffer.expire(self.policy_version)  # the user's caps: max_staleness, max_reuse
         if limit is not None:
@@ -111,6 +126,11 @@ class AdaptiveDataModule(ReplayMixDataModule):
         (the cursor moves past all it read); thompson: the policy's choice among seen prompts, then unseen ones
         in stream order."""
         seen = sorted(self.policy.evidence)
+        if self._greso():
+            choice = self._greso_walk(budget)
+            return {"prompts": [self._prompt(k) for k in choice.seen], "skipped": choice.skipped,
+                    "expected_zero_var": choice.expected_zero_var, "seen": len(seen),
+                    "skipped_pass": choice.skipped_pass, "skipped_fail": choice.skipped_fail}
         if self.policy.select_prompts and getattr(self.policy, "selection", "stream") == "stream":
             n = len(self._order)
             order = (self._order[(self.cursor + i) % n] for i in range(n))  # one pass, read lazily
@@ -124,9 +144,28 @@ class AdaptiveDataModule(ReplayMixDataModule):
         return {"prompts": prompts, "skipped": choice.skipped, "expected_zero_var": choice.expected_zero_var,
                 "seen": len(seen)}
 
+    def _greso(self) -> bool:
+        return self.policy.select_prompts and getattr(self.policy, "selection", "stream") == "greso"
+
+    def _greso_walk(self, budget: int):
+        """selection=greso: the stream from the cursor (one pass, read lazily), GRESO's draw passing over prompts
+        with runs of tied visits; the cursor moves past all it read."""
+        n = len(self._order)
+        order = (self._order[(self.cursor + i) % n] for i in range(n))
+        choice = self.policy.greso_stream(order, budget, self.group_size, self.rounds_put)
+        self.cursor += choice.looked
+        return choice
+
     def fresh_prompts(self, n: int):
         """The next n prompts of the seeded stream that have no evidence yet (any, once every one has some);
-        also dynamic sampling's refills."""
+        also dynamic sampling's refills. selection=greso: the next n GRESO does not pass over (the refill is
+        skipped before rollout as the round's planned prompts are; its skips are added to the round's counts)."""
+        if self._greso():
+            choice = self._greso_walk(n)
+            for key, add in (("prompts_skipped", choice.skipped), ("prompts_skipped_pass", choice.skipped_pass),
+                             ("prompts_skipped_fail", choice.skipped_fail)):
+                self.decision[f"mix/{key}"] = self.decision.get(f"mix/{key}", 0.0) + add
+            return [self._prompt(k) for k in choice.seen]
         out, looked = [], 0
         while len(out) < n:
             idx = self._order[self.cursor % len(self._order)]
@@ -159,6 +198,12 @@ class AdaptiveDataModule(ReplayMixDataModule):
             "mix/reason_code": float(REASONS.index(reason)),
             "mix/reuse_reason_code": float(REUSE_REASONS.index(self.policy.reuse_reason)),
             **{f"mix/value_per_cost/{s}": v for s, v in self.policy.values.items()}}
+        if self._greso():
+            g = self.policy.greso
+            self.decision |= {"mix/prompts_skipped_pass": float(planned["skipped_pass"]),
+                              "mix/prompts_skipped_fail": float(planned["skipped_fail"]),
+                              "mix/greso_explore_pass": g.explore["pass"], "mix/greso_explore_fail": g.explore["fail"],
+                              "mix/greso_tie_share_pass": g.last["pass"], "mix/greso_tie_share_fail": g.last["fail"]}
         self.fresh_fracs.append(counts["fresh"] / P)
         if self.trainer is not None and self.reason != self.said:
             say(self.trainer, f"[mix] round {self.rounds_put + 1}: {counts['fresh']} fresh prompts × {self.group_size}, "
@@ -174,7 +219,11 @@ class AdaptiveDataModule(ReplayMixDataModule):
         return dict(getattr(module, "last_diagnostics", {}) or {})
 
     def _measure(self) -> None:
-        """Feed the last round's served records (value, ESS, cost per source) to the policy's EMAs."""
+        """Feed the last round's served records (value, ESS, unclipped share, cost per source) to the policy's
+        EMAs, each source over its informative records only (groups whose rewards do not all tie): replay is
+        drawn mostly from informative groups, fresh data is not, and comparing the two over all records would
+        value replay 1/(1 − z) too high at a tie share z. A source whose every served group tied realised
+        nothing: value 0."""
         served = [r for r in self.epoch_records() if r.provenance.times_used > 0] if self.rounds_put else []
         diag = self._diagnostics()
         measures = {}
@@ -182,12 +231,15 @@ class AdaptiveDataModule(ReplayMixDataModule):
             rs = [r for r in served if r.served_as == label]
             if not rs:
                 continue
-            generated = sum(len(r.completion_ids) for r in rs) / len(rs) if source == "fresh" else 0.0
-            trained = self.passes * sum(len(r.prompt_ids) + len(r.completion_ids) for r in rs) / len(rs)
+            useful = informative(rs)
+            priced = useful or rs
+            generated = sum(len(r.completion_ids) for r in priced) / len(priced) if source == "fresh" else 0.0
+            trained = self.passes * sum(len(r.prompt_ids) + len(r.completion_ids) for r in priced) / len(priced)
             measures[source] = SourceMeasure(
-                records=len(rs), mean_abs_advantage=sum(abs(r.advantage) for r in rs) / len(rs),
+                records=len(rs), mean_abs_advantage=sum(abs(r.advantage) for r in useful) / max(len(useful), 1),
                 ess_frac=float(diag.get(f"train/ess_frac/source_{label}", 1.0)),
-                cost=self.policy.record_cost(generated, trained))
+                cost=self.policy.record_cost(generated, trained),
+                unclipped=1.0 - float(diag.get(f"train/adv_clip_frac/source_{label}", 0.0)))
         self.policy.update_values(measures)
 
     def _replay_measure(self) -> ReplayMeasure | None:
@@ -204,17 +256,27 @@ class AdaptiveDataModule(ReplayMixDataModule):
                              staleness=sum(ages) / len(ages))
 
     # ---- taking a round --------------------------------------------------------------------------------
+    def generated(self, records: list[ExperienceRecord]) -> None:
+        """Every scored group the round generated, before any is dropped (dynamic sampling's tied groups and
+        surplus, callbacks/regenerate.py): into the prompts' evidence and GRESO's runs of tied visits, so the
+        groups a filter drops count as visits too. `put` then skips the groups already taken here."""
+        start = time.perf_counter()
+        self._generated = self._observe(records, self.rounds_put)
+        self.decision_seconds += time.perf_counter() - start
+
     def put(self, records: list[ExperienceRecord]) -> None:
-        """Take the round, then add its groups' rewards to their prompts' evidence."""
+        """Take the round, then add its groups' rewards to their prompts' evidence (those `generated` did not)."""
         round_ = self.rounds_put
         super().put(records)
         start = time.perf_counter()
-        groups = self._observe(records, round_)
+        seen, self._generated = self._generated or {}, None
+        groups = seen | self._observe([r for r in records if r.group_id not in seen], round_)
         self.decision_seconds += time.perf_counter() - start
-        zero = [max(rs) - min(rs) < 1e-6 for rs in groups.values()]
+        zero = [max(rs) - min(rs) < 1e-6 for rs in groups.values()]  # of every generated group
         self.decision["mix/zero_var_realised"] = sum(zero) / len(zero) if zero else 0.0
 
-    def _observe(self, records: list[ExperienceRecord], round_: int | None = None) -> dict[int, list[float]]:
+    def _observe(self, records: list[ExperienceRecord], round_: int | None = None,
+                 generated: bool = True) -> dict[int, list[float]]:
         """Each group's rewards into its prompt's evidence (harvested groups by their prompt text)."""
         groups: dict[int, list[float]] = {}
         for r in records:
@@ -224,7 +286,7 @@ class AdaptiveDataModule(ReplayMixDataModule):
             if idx is None:
                 idx = self._index_of(next(r for r in records if r.group_id == gid).prompt_text)
             if idx is not None:
-                self.policy.observe(idx, rewards, self.rounds_put if round_ is None else round_)
+                self.policy.observe(idx, rewards, self.rounds_put if round_ is None else round_, generated)
         return groups
 
     def _index_of(self, prompt: str) -> int | None:

@@ -14,12 +14,15 @@ experience", states the rules with their equations. In short, each round:
               s̄: drift per policy version κ_ess = −ln(e)/s̄, κ_kl = k/s̄; replay older than
               L = min(max_staleness, ⌊ln(1/min_ess_frac)/κ_ess⌋, ⌊max_kl/κ_kl⌋) versions is retired. A round
               that served no replay measures nothing: L grows by one (a probe) up to max_staleness.
-    mix       value per cost of each source s (fresh, replay, harvest) from its served records: u_s =
-              mean|A| · ESS_s / cost per record (generated and trained tokens at the ledger's prices),
+    mix       value per cost of each source s (fresh, replay, harvest) from its served informative records
+              (groups whose rewards do not all tie): u_s = mean|A| · ESS_s · (1 − c_s) / cost per record,
+              c_s its |A|-weighted clipped share (generated and trained tokens at the ledger's prices),
               smoothed ū_s ← (1 − ema)·ū_s + ema·u_s; fresh share f = clamp(ū_f / Σ ū, min_fresh_frac,
               max_fresh_frac), the rest split over replay and harvest ∝ ū.
 
-That ranking is `selection: thompson`. The default, `selection: stream` (GRESO's rule), instead walks the prompt
+That ranking is `selection: thompson`. `selection: greso` walks the stream too, but passes over a prompt with a
+probability that grows with its run of tied visits, calibrated each round to a target tie share
+(data_modules/greso.py, `data.policy.greso`). The default, `selection: stream`, instead walks the prompt
 stream in its seeded order and skips only the prompts confidently solved or hopeless: it never prefers a seen
 prompt to an unseen one, so within one pass over the prompts it takes exactly what fresh_rollouts takes, and
 past it spends no samples on prompts already settled (docs/experience.md: why it is the default).
@@ -37,6 +40,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from data_modules.greso import GresoSkip
 from data_modules.state_checks import StateError, field, integer, mapping, number, one_of, python_rng, sequence
 
 SOURCES = ("fresh", "replay", "harvest")
@@ -54,17 +58,20 @@ SAY_REASON = {  # the console's words for each reason (mix/reason_code logs its 
 SAY_REUSE = {  # and for the reuse limit's reason (mix/reuse_reason_code: its index in REUSE_REASONS)
     "cap": "data.max_reuse", "ess": "the ESS rule", "kl": "the KL rule", "probe": "probing a longer reuse",
 }
-SELECTIONS = ("thompson", "stream")
+SELECTIONS = ("thompson", "stream", "greso")
 
 
 @dataclass(frozen=True)
 class SourceMeasure:
-    """What one source's served records of the last round said: mean |advantage|, the ESS fraction measured on
-    them (1 for unmeasured on-policy data) and the cost of one record (generated + trained tokens, priced)."""
+    """What one source's served records of the last round said, over its informative records (groups whose
+    rewards do not all tie): mean |advantage|, the ESS fraction measured on them (1 for unmeasured on-policy
+    data), the cost of one record (generated + trained tokens, priced) and the |advantage|-weighted share of
+    its tokens the correction did not clip (1 − train/adv_clip_frac/source_*; 1 when not measured)."""
     records: int
     mean_abs_advantage: float
     ess_frac: float
     cost: float
+    unclipped: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,9 @@ class PromptChoice:
     unseen: int
     skipped: int
     expected_zero_var: float
-    looked: int = 0  # selection=stream: how far the stream was read (the data module advances its cursor so far)
+    looked: int = 0  # selection=stream/greso: how far the stream was read (the data module advances its cursor so far)
+    skipped_pass: int = 0  # selection=greso: prompts passed over for a run of all-pass visits (all-fail below)
+    skipped_fail: int = 0
 
 
 def beta_moment(a: float, b: float, g: int) -> float:
@@ -134,13 +143,17 @@ class AdaptivePolicy:
     def __init__(self, pass_threshold: float | None, decay: float, skip_margin: float, skip_confidence: float,
                  min_ess_frac: float, max_kl: float, min_fresh_frac: float, max_fresh_frac: float, ema: float,
                  usd_per_mtok_generated: float, usd_per_mtok_trained: float, seed: int,
-                 select_prompts: bool = True, adaptive_reuse: bool = True, selection: str = "stream"):
+                 select_prompts: bool = True, adaptive_reuse: bool = True, selection: str = "stream",
+                 greso: GresoSkip | None = None):
         _check(decay=(decay, 0.0, 1.0, False), skip_margin=(skip_margin, 0.0, 0.5, False),
                skip_confidence=(skip_confidence, 0.0, 1.0, False), min_ess_frac=(min_ess_frac, 0.0, 1.0, True),
                min_fresh_frac=(min_fresh_frac, 0.0, 1.0, True), max_fresh_frac=(max_fresh_frac, 0.0, 1.0, False),
                ema=(ema, 0.0, 1.0, False))
         if selection not in SELECTIONS:
             raise ValueError(f"data.policy.selection={selection!r}: choose one of {', '.join(SELECTIONS)}")
+        if selection == "greso" and (greso is None or pass_threshold is None):
+            raise ValueError("data.policy.selection=greso needs data.policy.greso and a data.policy.pass_threshold "
+                             "(a tie at pass and a tie at fail are skipped with separate strengths)")
         if max_kl <= 0 or min_fresh_frac > max_fresh_frac or min(usd_per_mtok_generated, usd_per_mtok_trained) < 0:
             raise ValueError(f"data.policy: max_kl={max_kl} must be > 0, min_fresh_frac={min_fresh_frac} at most "
                              f"max_fresh_frac={max_fresh_frac}, prices ≥ 0")
@@ -151,7 +164,7 @@ class AdaptivePolicy:
         self.price_generated, self.price_trained = usd_per_mtok_generated / 1e6, usd_per_mtok_trained / 1e6
         self.rng = random.Random(seed)
         self.select_prompts, self.adaptive_reuse = select_prompts, adaptive_reuse  # the levers (ablations: off)
-        self.selection = selection
+        self.selection, self.greso = selection, greso  # greso: the runs of tied visits (kept for any selection)
         # per prompt key: [passes, fails, weight n, Σ w·r, Σ w·r², round last updated] (decayed lazily)
         self.evidence: dict[int, list[float]] = {}
         self.values: dict[str, float] = {}  # ū_s: smoothed value per cost of each source measured so far
@@ -159,8 +172,11 @@ class AdaptivePolicy:
         self.reuse_reason = "cap"
 
     # ---- prompt value --------------------------------------------------------------------------------
-    def observe(self, key: int, rewards: list[float], round_: int) -> None:
-        """Add one group's rewards to prompt `key`'s evidence (after decaying it to `round_`)."""
+    def observe(self, key: int, rewards: list[float], round_: int, generated: bool = True) -> None:
+        """Add one group's rewards to prompt `key`'s evidence (after decaying it to `round_`), and to its run of
+        tied visits (`generated`: a group this run generated, counted toward the round's tie shares)."""
+        if self.greso is not None and self.pass_threshold is not None:
+            self.greso.observe(key, rewards, self.pass_threshold, generated)
         e = self._decayed(key, round_)
         for r in rewards:
             passed = self.pass_threshold is not None and r >= self.pass_threshold
@@ -275,6 +291,17 @@ class AdaptivePolicy:
         return PromptChoice(seen=chosen, unseen=0, skipped=len(skipped),
                             expected_zero_var=sum(zero) / len(zero) if zero else 0.0, looked=looked)
 
+    def greso_stream(self, order: Iterable[int], budget: int, group_size: int, round_: int) -> PromptChoice:
+        """selection=greso: the first `budget` prompts of `order` that GRESO's draw does not pass over
+        (data_modules/greso.py); the passed-over fill in if one pass leaves fewer."""
+        walk = self.greso.walk(order, budget)
+        pooled = self.pooled(round_)
+        zero = [1.0 - self.signal(k if k in self.evidence else None, max(group_size, 2), round_, pooled)
+                for k in walk.chosen]
+        return PromptChoice(seen=walk.chosen, unseen=0, skipped=walk.skipped_pass + walk.skipped_fail,
+                            expected_zero_var=sum(zero) / len(zero) if zero else 0.0, looked=walk.looked,
+                            skipped_pass=walk.skipped_pass, skipped_fail=walk.skipped_fail)
+
     # ---- reuse ---------------------------------------------------------------------------------------
     def update_reuse(self, measure: ReplayMeasure | None, cap: int | None) -> int | None:
         """The staleness limit of replay after the last round (None: no limit); see the module docstring.
@@ -304,11 +331,11 @@ class AdaptivePolicy:
         return generated * self.price_generated + trained * self.price_trained
 
     def update_values(self, measures: dict[str, SourceMeasure]) -> None:
-        """ū_s ← (1 − ema)·ū_s + ema·u_s for each source served last round, u_s = mean|A| · ESS / cost."""
+        """ū_s ← (1 − ema)·ū_s + ema·u_s for each source served last round, u_s = mean|A| · ESS · unclipped / cost."""
         for s, m in measures.items():
             if m.records == 0:
                 continue
-            u = m.mean_abs_advantage * m.ess_frac / max(m.cost, 1e-12)
+            u = m.mean_abs_advantage * m.ess_frac * m.unclipped / max(m.cost, 1e-12)
             self.values[s] = u if s not in self.values else (1 - self.ema) * self.values[s] + self.ema * u
             self.values[s] = max(self.values[s], 0.0)
 
@@ -336,7 +363,8 @@ class AdaptivePolicy:
     # ---- checkpoint ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"rng": self.rng.getstate(), "evidence": {k: list(v) for k, v in self.evidence.items()},
-                "values": dict(self.values), "limit": self.limit, "reuse_reason": self.reuse_reason}
+                "values": dict(self.values), "limit": self.limit, "reuse_reason": self.reuse_reason,
+                "greso": None if self.greso is None else self.greso.state_dict()}
 
     def check_state(self, state: dict, where: str, prompts: int, rounds: int) -> None:
         """StateError naming `where.<key>` unless `state` is one this policy could have written, over
@@ -359,12 +387,16 @@ class AdaptivePolicy:
         if field(state, "limit", where) is not None:
             integer(state["limit"], f"{where}.limit")
         one_of(field(state, "reuse_reason", where), f"{where}.reuse_reason", REUSE_REASONS)
+        if self.greso is not None and state.get("greso") is not None:  # a checkpoint from before GRESO: fresh state
+            self.greso.check_state(state["greso"], f"{where}.greso", prompts)
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.setstate(_as_tuple(state["rng"]))
         self.evidence = {int(k): list(v) for k, v in state["evidence"].items()}
         self.values, self.limit = dict(state["values"]), state["limit"]
         self.reuse_reason = state["reuse_reason"]
+        if self.greso is not None and state.get("greso") is not None:
+            self.greso.load_state_dict(state["greso"])
 
 
 def _min(a: int, b: int | None) -> int:

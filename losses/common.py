@@ -71,6 +71,13 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp_min(1.0)
 
 
+def weighted_share(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Σ values·weights / Σ weights (0 when the weights sum to 0): e.g. the |advantage|-weighted share of tokens
+    clipped. Unlike masked_mean, weights below one are not clamped."""
+    total = weights.sum()
+    return torch.where(total > 0, (values * weights).sum() / torch.where(total > 0, total, 1.0), 0.0 * total)
+
+
 def _token_mean(values, mask, max_len):
     return masked_mean(values, mask)
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from losses.common import masked_mean
+from losses.common import masked_mean, weighted_share
 from losses.kl import k3
 from losses.policy_gradient import clipped_surrogate
 
@@ -59,18 +59,24 @@ def log_ratio(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: to
     return seq.expand_as(d)
 
 
-def _metrics(weights: torch.Tensor, mask: torch.Tensor, dropped: torch.Tensor | None = None) -> dict:
+def _metrics(weights: torch.Tensor, mask: torch.Tensor, dropped: torch.Tensor | None = None,
+             advantages: torch.Tensor | None = None) -> dict:
+    """ratio_mean/max of `weights`; with `dropped`, clip_frac (its share of tokens) and, with `advantages`,
+    adv_clip_frac (its share weighted by |A|: Σ dropped·|A|·m / Σ |A|·m; 0 when no token has an advantage)."""
     w = torch.where(mask.bool(), weights.detach(), 0.0)  # an overflowed (inf) weight off the mask: no NaN
     m = {"ratio_mean": masked_mean(w, mask), "ratio_max": (w * mask).max() if mask.any() else w.new_zeros(())}
     if dropped is not None:
         m["clip_frac"] = masked_mean(dropped.float(), mask)
+        if advantages is not None:
+            weight = mask * _broadcast(advantages).detach().abs().expand_as(mask)
+            m["adv_clip_frac"] = weighted_share(dropped.float(), weight)
     return m
 
 
 def no_correction(logprobs, behaviour_logprobs, advantages, mask, level: str = "token"):
     """L = -A · log π. Metrics still report the ratio, so the staleness being ignored is visible."""
     rho = torch.exp(log_ratio(logprobs, behaviour_logprobs, mask, level)).detach()
-    return -_broadcast(advantages) * logprobs, _metrics(rho, mask, torch.zeros_like(rho))
+    return -_broadcast(advantages) * logprobs, _metrics(rho, mask, torch.zeros_like(rho), advantages)
 
 
 def ppo_clip(logprobs, behaviour_logprobs, advantages, mask, clip_low: float, clip_high: float,
@@ -112,7 +118,7 @@ def truncated_is(logprobs, behaviour_logprobs, advantages, mask, cap: float, lev
         raise ValueError(f"truncated_is cap={cap} must be > 0")
     rho = torch.exp(log_ratio(logprobs, behaviour_logprobs, mask, level)).detach()
     weight = rho.clamp(max=cap)
-    return -weight * _broadcast(advantages) * logprobs, _metrics(rho, mask, rho > cap)
+    return -weight * _broadcast(advantages) * logprobs, _metrics(rho, mask, rho > cap, advantages)
 
 
 def masked_is(logprobs, behaviour_logprobs, advantages, mask, low: float, high: float,
@@ -123,7 +129,7 @@ def masked_is(logprobs, behaviour_logprobs, advantages, mask, low: float, high: 
     rho = torch.exp(log_ratio(logprobs, behaviour_logprobs, mask, level)).detach()
     keep = (rho >= low) & (rho <= high)
     weight = torch.where(keep, rho, 0.0)  # not rho * keep: an overflowed ρ = inf would give inf·0 = NaN
-    return -weight * _broadcast(advantages) * logprobs, _metrics(rho, mask, ~keep)
+    return -weight * _broadcast(advantages) * logprobs, _metrics(rho, mask, ~keep, advantages)
 
 
 def effective_sample_size_frac(log_weights: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from losses.common import masked_mean
+from losses.common import masked_mean, weighted_share
 
 
 def clipped_surrogate(
@@ -21,7 +21,9 @@ def clipped_surrogate(
 
     logprobs, old_logprobs, mask: [B, T]; advantages [B] (one per sequence, broadcast) or [B, T].
     old_logprobs are the behaviour log-probs recorded at sampling time. Metrics (detached, masked):
-    clip_frac (share of tokens where the clipped branch is taken), ratio_mean, ratio_max.
+    clip_frac (share of tokens where the clipped branch is taken), adv_clip_frac (the same share weighted by
+    |A|: Σ clipped·|A|·m / Σ |A|·m, the part of the advantage signal a clip takes away; 0 when Σ |A|·m = 0),
+    ratio_mean, ratio_max.
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
@@ -34,6 +36,7 @@ def clipped_surrogate(
         r = ratio.detach()
         metrics = {
             "clip_frac": masked_mean(took_clip, mask),
+            "adv_clip_frac": weighted_share(took_clip, mask * advantages.detach().abs().expand_as(took_clip)),
             "ratio_mean": masked_mean(r, mask),
             "ratio_max": (r * mask).max() if mask.any() else r.new_zeros(()),
         }

@@ -58,6 +58,7 @@ class RolloutModule(PolicyModule):
         if beta > 0:
             self.add_reference()
         self._step_logps: list[torch.Tensor] = []  # the step's micro-batch log-probs, for diagnostics
+        self._step_advs: list[torch.Tensor] = []   # ... and the advantages their loss used, per token
         self.last_diagnostics: dict[str, float] = {}  # of the latest step: read by the regeneration policy
         self._end_round: str | None = None
         self.round_end_reason: str | None = None  # why the current round ended early (None: it ran out)
@@ -141,7 +142,7 @@ class RolloutModule(PolicyModule):
         return aggregation_weight(batch.completion_mask, self.loss_agg_mode)
 
     def training_step(self, batch: ExperienceBatch, batch_idx: int):
-        self._step_logps = []
+        self._step_logps, self._step_advs = [], []
         return super().training_step(batch, batch_idx)
 
     def keep_logps(self, logp: torch.Tensor) -> None:
@@ -150,14 +151,7 @@ class RolloutModule(PolicyModule):
 
     def step_logps(self, batch: ExperienceBatch) -> torch.Tensor:
         """The kept micro-batch log-probs stitched into one [B, T] tensor aligned with `batch`."""
-        if len(self._step_logps) == 1:
-            return self._step_logps[0]
-        full = batch.completion_mask.new_zeros(batch.completion_mask.shape)
-        row = 0
-        for lp in self._step_logps:
-            full[row: row + lp.shape[0], : lp.shape[1]] = lp
-            row += lp.shape[0]
-        return full
+        return _stitched(self._step_logps, batch)
 
     def policy_loss(self, batch: ExperienceBatch, logp: torch.Tensor, advantages: torch.Tensor
                     ) -> tuple[torch.Tensor, dict]:
@@ -165,6 +159,8 @@ class RolloutModule(PolicyModule):
         mask = batch.completion_mask
         proximal = {"prox_logprobs": batch.prox_logprobs} if needs_proximal(self.correction) else {}
         per_token, metrics = self.correction(logp, batch.behaviour_logprobs, advantages, mask, **proximal)
+        self._step_advs.append((advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages).detach()
+                               .expand_as(logp))
         if self.use_reference:
             # Off the completion mask both inputs are 0 (d = 0): a log-prob there, e.g. of the pad after a
             # stop id, which a chat model may put far below the reference's 0 fill, made k3's exp(-d) inf
@@ -215,4 +211,31 @@ class RolloutModule(PolicyModule):
                     sliced = importance_diagnostics(logp[rows], batch.behaviour_logprobs[rows],
                                                     batch.completion_mask[rows])
                 out |= {f"train/{k}/{kind}_{label}": v for k, v in sliced.items()}
+                out |= {f"train/{k}/{kind}_{label}": v for k, v in self.slice_clipping(batch, logp, labels, label).items()}
         return out
+
+    @torch.no_grad()
+    def slice_clipping(self, batch: ExperienceBatch, logp: torch.Tensor, labels: list, label) -> dict:
+        """clip_frac and adv_clip_frac of the rows whose label is `label`, pooled over their tokens: the step's
+        correction applied again (no gradient) to those rows with the log-probs and advantages its loss used.
+        Empty when the step kept no advantages (a loss without policy_loss) or the correction reports none."""
+        if len(self._step_advs) != len(self._step_logps) or not self._step_advs:
+            return {}
+        rows = torch.tensor([x == label for x in labels], device=logp.device)
+        advantages = _stitched(self._step_advs, batch)
+        proximal = {"prox_logprobs": batch.prox_logprobs[rows]} if needs_proximal(self.correction) else {}
+        _, m = self.correction(logp[rows], batch.behaviour_logprobs[rows], advantages[rows],
+                               batch.completion_mask[rows], **proximal)
+        return {k: m[k] for k in ("clip_frac", "adv_clip_frac") if k in m}
+
+
+def _stitched(parts: list[torch.Tensor], batch: ExperienceBatch) -> torch.Tensor:
+    """A step's micro-batch tensors [b, t] stitched into one [B, T] aligned with `batch` (zeros past each t)."""
+    if len(parts) == 1:
+        return parts[0]
+    full = batch.completion_mask.new_zeros(batch.completion_mask.shape)
+    row = 0
+    for part in parts:
+        full[row: row + part.shape[0], : part.shape[1]] = part
+        row += part.shape[0]
+    return full

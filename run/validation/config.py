@@ -100,6 +100,13 @@ def _check_adaptive(cfg: DictConfig, errors: list[str]) -> None:
     if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
         errors.append(f"data.policy.min_fresh_frac={low} must be at most data.policy.max_fresh_frac={high} "
                       f"(the bounds of each round's fresh share)")
+    low, start, high = (raw(cfg, f"data.policy.greso.explore_{k}") for k in ("min", "init", "max"))
+    if all(isinstance(x, (int, float)) for x in (low, start, high)) and not low <= start <= high:
+        errors.append(f"data.policy.greso.explore_init={start} must be in [data.policy.greso.explore_min, "
+                      f"data.policy.greso.explore_max] = [{low}, {high}] (GRESO's exploration probabilities)")
+    if raw(cfg, "data.policy.selection") == "greso" and raw(cfg, "data.policy.pass_threshold") is None:
+        errors.append("data.policy.selection=greso needs data.policy.pass_threshold (a number): a tie at pass and a "
+                      "tie at fail are skipped with separate strengths")
 
 
 def _check_overlong(cfg: DictConfig, errors: list[str]) -> None:

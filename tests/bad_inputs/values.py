@@ -98,6 +98,22 @@ CASES: list[Case] = [
     C("adaptive-pass-threshold", "a pass threshold that is not a number", ADAPTIVE + ("data.policy.pass_threshold=abc",),
       "error: stage grpo: data.policy.pass_threshold='abc' must be a number in (0, 1] (a reward at or above it passes; "
       "rewards are in [0, 1]), or null for non-binary rewards (mean/variance)"),
+    C("adaptive-selection", "a selection rule that does not exist", ADAPTIVE + ("data.policy.selection=greedy",),
+      "error: stage grpo: data.policy.selection='greedy' must be one of thompson, stream, greso"),
+    C("greso-needs-threshold", "GRESO's skipping without a pass threshold",
+      ADAPTIVE + ("data.policy.selection=greso", "data.policy.pass_threshold=null"),
+      "error: stage grpo: data.policy.selection=greso needs data.policy.pass_threshold (a number): a tie at pass and "
+      "a tie at fail are skipped with separate strengths"),
+    C("greso-explore-init", "GRESO's starting exploration outside its bounds",
+      ADAPTIVE + ("data.policy.greso.explore_init=0.99",),
+      "error: stage grpo: data.policy.greso.explore_init=0.99 must be in [data.policy.greso.explore_min, "
+      "data.policy.greso.explore_max] = [0.05, 0.95] (GRESO's exploration probabilities)"),
+    *[C(f"greso-{key.replace('_', '-')}", f"GRESO's {key} outside [0, 1]", ADAPTIVE + (f"data.policy.greso.{key}={bad}",),
+        f"error: stage grpo: data.policy.greso.{key}={bad} must be a number in [0, 1]")
+      for key, bad in (("target_tie_share", 1.5), ("pass_share", -0.1), ("explore_step", 2), ("explore_min", -0.5),
+                       ("explore_max", 1.5), ("revisit_floor", -0.01))],
+    C("greso-seed", "a GRESO seed that is not a number", ADAPTIVE + ("data.policy.greso.seed=abc",),
+      "error: stage grpo: data.policy.greso.seed='abc' must be an integer in [0, 2**32)"),
     C("adaptive-price", "a negative token price for the mix", ADAPTIVE + ("data.policy.usd_per_mtok_generated=-1",),
       "error: stage grpo: data.policy.usd_per_mtok_generated=-1 must be a number ≥ 0"),
     C("adaptive-policy-target", "a policy class that does not exist",

@@ -110,7 +110,7 @@ def test_the_evidence_counts_every_fresh_sample_and_the_summary_has_the_decision
     assert {"fresh", "replay"} <= set(dm.policy.values)  # both sources were valued
 
 
-@pytest.mark.parametrize("selection", ["stream", "thompson"])
+@pytest.mark.parametrize("selection", ["stream", "thompson", "greso"])
 def test_resume_restores_the_controller_exactly(tmp_path, selection):
     stage = stage_cfg(tmp_path, [f"data.policy.selection={selection}"])
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=1, every_n_epochs=1,
@@ -201,10 +201,10 @@ def test_harvested_experience_is_served_and_updates_the_prompts_evidence(tmp_pat
                                           reward=PassFail())
     before_fresh, real_observe, real_put = [], dm2.policy.observe, dm2.put
 
-    def observe(key, rewards, round_):
+    def observe(key, rewards, round_, *rest):
         if not dm2.rounds_put and not putting:
             before_fresh.append(key)
-        real_observe(key, rewards, round_)
+        real_observe(key, rewards, round_, *rest)
 
     def put(records):
         putting.append(True)

@@ -104,8 +104,10 @@ def test_diagnostics_are_sliced_by_source_and_staleness(replay_run):
     m = replay_run[0].callback_metrics
     for key in ("train/ess_frac", "train/ess_frac/source_replay", "train/ess_frac/source_fresh",
                 "train/kl_behaviour/source_replay", "train/ratio_max/staleness_0", "train/staleness_mean",
-                "train/clip_frac"):
+                "train/clip_frac", "train/clip_frac/source_replay", "train/clip_frac/source_fresh",
+                "train/adv_clip_frac/source_replay", "train/clip_frac/staleness_0", "train/adv_clip_frac"):
         assert key in m, key
+    assert 0 <= float(m["train/clip_frac/source_replay"]) <= 1
     assert 0 < float(m["train/ess_frac/source_replay"]) < 1  # replayed data is off-policy
     assert float(m["train/kl_behaviour/source_replay"]) > 0
     hist = sum(float(v) for k, v in m.items() if k.startswith("train/staleness_hist/"))

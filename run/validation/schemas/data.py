@@ -60,6 +60,19 @@ class ReplayMix(Rollouts):
     allow_uncorrected: Bool = None
 
 
+class GresoSkip(Node):
+    """data_modules.greso.GresoSkip (data.policy.greso): GRESO's calibrated skipping. explore_min ≤ explore_init ≤
+    explore_max: run/validation/config.py."""
+    target_tie_share: Fraction = None
+    pass_share: Fraction = None
+    explore_init: Fraction = None
+    explore_step: Fraction = None
+    explore_min: Fraction = None
+    explore_max: Fraction = None
+    revisit_floor: Fraction = None
+    seed: Seed = None
+
+
 class AdaptivePolicy(OpenNode):
     """data_modules.adaptive_policy.AdaptivePolicy (data.policy of data=adaptive); another `_target_` may take
     other keys: the named ones are checked, any other passed on. min ≤ max: run/validation/config.py."""
@@ -77,7 +90,8 @@ class AdaptivePolicy(OpenNode):
     usd_per_mtok_trained: NonNegativeNumber = None
     select_prompts: Bool = None
     adaptive_reuse: Bool = None
-    selection: choice("thompson", "stream") = None
+    selection: choice("thompson", "stream", "greso") = None
+    greso: GresoSkip = None
     seed: Seed = None
 
 
