@@ -26,7 +26,7 @@ from callbacks.async_rounds import AsyncRounds
 from callbacks.dynamic_sampling import GenBatch
 from callbacks.episodes import Sampled, as_episode, sample
 from callbacks.logging import log_now
-from callbacks.round_economy import Economy, economy_round, local_prompts, no_samples
+from callbacks.round_economy import GAUGES, Economy, economy_round, local_prompts, no_samples
 from callbacks.round_signal import previous_round, signal_metrics
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from callbacks.regenerate_state import check_regenerate_state
@@ -403,7 +403,8 @@ class RegenerateExperience(L.Callback):
         }
         metrics |= mismatch | self.round_extra | self._tool_round() | (self.ahead.round if self.ahead else {})
         for k, v in self.round_extra.items():  # rollout/gen_batches → rollout/gen_batches_total, ...
-            self.dynamic_totals[f"{k}_total"] = self.dynamic_totals.get(f"{k}_total", 0.0) + v
+            if k not in GAUGES:
+                self.dynamic_totals[f"{k}_total"] = self.dynamic_totals.get(f"{k}_total", 0.0) + v
         metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
         metrics |= getattr(trainer.datamodule, "round_stats", dict)()
         self.replay_fracs.append(metrics.get("rollout/replay_frac", 0.0))

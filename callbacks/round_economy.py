@@ -27,6 +27,7 @@ from generators.base import GenerationOutput
 from hardware import distributed
 from rewards.base import ScoreReport
 
+GAUGES = ("rollout/stored_success_bank",)  # a level, not a count: not summed into summary.json's *_total
 Sampler = Callable[[list, int], GenBatch]  # (groups, samples per group) → one scored batch, whole
 
 
