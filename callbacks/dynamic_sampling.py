@@ -13,6 +13,11 @@ signal, the last batch is served as it is (its policy gradient is 0; rollout/dyn
 and the learning guards warn). The filter reads the scored reward (DAPO's default `acc` metric), before
 the overlong penalty. Every rank sees every batch whole (gathered), so the loop makes the same
 decisions on every rank; the kept groups are then annotated by rank, as a plain round is.
+
+`algorithm.refill=measured` sizes each refill from the round's measured tie share (`refill_size`) instead of
+a full batch; `algorithm.carry_surplus` returns the surplus groups with signal to be carried to the next round
+(data_modules/carry.py), which takes them first. cost/records_filtered then counts a record in the round that
+discards it (`rollout/dynamic_filtered_records`). The round is made by callbacks/round_economy.py.
 """
 from __future__ import annotations
 
