@@ -91,3 +91,18 @@ def test_the_bank_round_trips_and_refuses_a_bad_state():
     state["a"]["reward"] = float("nan")
     with pytest.raises(StateError, match=r"successes\['a'\].reward: nan is not a finite number"):
         other.check_state(state, "successes", group_ids=4)
+
+
+def test_data_adaptive_does_not_count_a_stored_success_as_new_evidence():
+    """data=adaptive's evidence takes the round's groups at put: group 10's three fresh fails are evidence for
+    its prompt; the stored success attached to it was counted when it was sampled, not again."""
+    from types import SimpleNamespace
+
+    from data_modules.adaptive import AdaptiveDataModule
+    seen = []
+    fake = SimpleNamespace(group_prompt={10: 0}, rounds_put=0,
+                           policy=SimpleNamespace(observe=lambda idx, rewards, round_: seen.append((idx, rewards))))
+    reused = sample(10, "a", 1.0)
+    reused.served_as = STORED
+    AdaptiveDataModule._observe(fake, [sample(10, "a", 0.0) for _ in range(3)] + [reused], 0)
+    assert seen == [(0, [0.0, 0.0, 0.0])]
