@@ -8,7 +8,8 @@ generated and dropped); this callback adds the training side and the verdict:
                                                 tokens trained on
     cost/records_used                           distinct records served at least once
     cost/records_evicted_unused                 records the buffer dropped before they were ever served
-    cost/records_unused_at_end                  records still in the buffer, never served, at the end
+    cost/records_unused_at_end                  records still in the buffer, never served, at the end (and
+                                                surplus groups dynamic sampling carried past the last round)
     cost/mean_reuse                             serves per used record (μ × replays)
     cost/usd = generated Mtok × usd_per_mtok_generated + trained Mtok × usd_per_mtok_trained
     cost/reward_gain_per_mtok                   (last round's mean reward - first round's) per million
@@ -107,6 +108,8 @@ class CostLedger(L.Callback):
         buffer = getattr(trainer.datamodule, "buffer", None)
         if buffer is not None:
             self.unused_at_end = sum(r.provenance.times_used == 0 for g in buffer.groups.values() for r in g)
+        carry = getattr(trainer.datamodule, "carry", None)  # data_modules/carry.py: scored, not yet served
+        self.unused_at_end += len(carry.records) if carry is not None else 0
         log_now(trainer, self.ledger(trainer))
 
     def ledger(self, trainer: L.Trainer) -> dict[str, float]:

@@ -24,9 +24,10 @@ import lightning as L
 import torch
 
 from callbacks.async_rounds import AsyncRounds
-from callbacks.dynamic_sampling import GenBatch, annotate_by_rank, fill_round, merged
+from callbacks.dynamic_sampling import GenBatch
 from callbacks.episodes import Sampled, as_episode, sample
 from callbacks.logging import log_now
+from callbacks.round_economy import GAUGES, Economy, economy_round, local_prompts, no_samples
 from callbacks.round_signal import previous_round, signal_metrics
 from data_modules.experience import ExperienceRecord, Provenance, collate
 from callbacks.regenerate_state import check_regenerate_state
@@ -172,16 +173,17 @@ class RegenerateExperience(L.Callback):
         # FSDP the shards are the weights, and a write to a gathered copy would be lost.
         getattr(pl_module, "round_start", lambda index: None)(self.rounds)
         self._made = self.ahead.collect(pl_module, self.rounds) if self.ahead is not None else None
-        self.round_extra, dynamic = {}, getattr(pl_module, "dynamic_sampling", False)
+        self.round_extra, eco = {}, Economy.of(pl_module)
         loaded = weights_loaded(self.generator, pl_module.policy, dm.tokenizer) if self._made is None else nullcontext()
         with loaded, full_weights(pl_module):  # an engine's weights synced by every rank together, then
             # FSDP's units gathered once for the whole round (a no-op without FSDP)
-            if dynamic:  # DAPO: callbacks/dynamic_sampling.py
-                whole, self.round_extra = self._dynamic_round(pl_module, dm, planned)
-                self._say_short(trainer, len(planned))
+            if eco.on:  # DAPO's refills, screening, stored successes: callbacks/round_economy.py
+                whole, self.round_extra = self._economy_round(pl_module, dm, planned)
+                if eco.dynamic:
+                    self._say_short(trainer, len(planned))
             else:
                 local = self._local_round(pl_module, dm, prompts)
-        if not dynamic:
+        if not eco.on:
             whole = self._whole_round(*local, prompts)
         records, rewards, out, report, mismatch, prompt_tokens = whole
         if rewards and (records or not getattr(pl_module, "overlong_filter", False)):
@@ -197,18 +199,15 @@ class RegenerateExperience(L.Callback):
             self.ahead.submit(pl_module, dm, self.pending_prompts, self.rounds)
         return records
 
-    def _dynamic_round(self, pl_module, dm, planned):
-        """DAPO's dynamic sampling: batches of fresh groups until the round holds as many groups with
-        signal as it planned (or algorithm.max_gen_batches): the whole round, and its rollout metrics."""
-        def scored(groups):
-            prompts = [p for p in distributed.shard(groups) for _ in range(dm.group_size)]
-            return GenBatch(*self._whole_round(*self._scored(pl_module, dm, prompts), prompts))
+    def _economy_round(self, pl_module, dm, planned):
+        """The round made batch by batch (callbacks/round_economy.py): DAPO's dynamic sampling, screening,
+        stored successes; the whole round and its rollout metrics."""
+        def sample(groups, k):  # k samples of each group: one batch, whole on every rank
+            prompts = local_prompts(groups, k)
+            local = self._scored(pl_module, dm, prompts) if prompts else no_samples()
+            return GenBatch(*self._whole_round(*local, prompts))
 
-        batches, chosen, metrics = fill_round(planned, dm.fresh_prompts, scored, pl_module.max_gen_batches)
-        # every scored group, the dropped ones too, as the data module's evidence (data=adaptive: GRESO's runs)
-        getattr(dm, "generated", lambda records: None)([r for b in batches for r in b.records])
-        records = annotate_by_rank(pl_module.annotate, chosen)
-        return (records, *merged(batches)), metrics
+        return economy_round(pl_module, dm, planned, sample)
 
     def _say_short(self, trainer, planned: int) -> None:
         """A console line when dynamic sampling hit its cap with fewer groups with signal than planned: the
@@ -381,8 +380,8 @@ class RegenerateExperience(L.Callback):
         t["generation_seconds"] += out.seconds
         t["records_generated"] += len(out.completions)
         t["records_dropped"] += len(out.completions) - len(rewards)  # unscored (reward abstained or failed)
-        if self.round_extra:  # dynamic sampling: scored, but in a tied or surplus group, never trained on
-            t["records_filtered"] += len(rewards) - self.round_extra["rollout/dynamic_kept_records"]
+        # dynamic sampling: scored, but in a tied or surplus group, never trained on (nor carried to the next round)
+        t["records_filtered"] += int(self.round_extra.get("rollout/dynamic_filtered_records", 0))
         t["reward_errors"] += report.errors
         self.abstained += report.abstained
         self.timeouts += report.timeouts
@@ -417,7 +416,8 @@ class RegenerateExperience(L.Callback):
         }
         metrics |= mismatch | self.round_extra | self._tool_round() | (self.ahead.round if self.ahead else {})
         for k, v in self.round_extra.items():  # rollout/gen_batches → rollout/gen_batches_total, ...
-            self.dynamic_totals[f"{k}_total"] = self.dynamic_totals.get(f"{k}_total", 0.0) + v
+            if k not in GAUGES:
+                self.dynamic_totals[f"{k}_total"] = self.dynamic_totals.get(f"{k}_total", 0.0) + v
         metrics |= {f"rollout/{k}": v for k, v in getattr(pl_module, "last_round_stats", {}).items()}
         metrics |= getattr(trainer.datamodule, "round_stats", dict)()
         self.replay_fracs.append(metrics.get("rollout/replay_frac", 0.0))

@@ -36,7 +36,8 @@ def round_signal(records: list[ExperienceRecord], generated_tokens: int, dynamic
         groups.setdefault(r.group_id, set()).add(r.reward)
     if "rollout/dynamic_dropped_groups" in dynamic:
         tied = dynamic["rollout/dynamic_dropped_groups"]
-        total = tied + dynamic["rollout/dynamic_kept_groups"] + dynamic.get("rollout/dynamic_surplus_groups", 0.0)
+        total = dynamic.get("rollout/dynamic_generated_groups",  # carried groups were generated last round
+                            tied + dynamic["rollout/dynamic_kept_groups"] + dynamic.get("rollout/dynamic_surplus_groups", 0.0))
     else:
         tied, total = float(sum(len(v) == 1 for v in groups.values())), float(len(groups))
     out: dict[str, float] = {}

@@ -31,6 +31,7 @@ from data_modules.adaptive_policy import (REASONS, REUSE_REASONS, SAY_REASON, SA
 from data_modules.experience import ExperienceRecord
 from data_modules.replay_mix import ReplayMixDataModule
 from data_modules.state_checks import StateError, field, integer, mapping, number, sequence
+from data_modules.stored_success import STORED
 from hardware.console import say
 from tasks.base import encode_example
 
@@ -280,7 +281,8 @@ class AdaptiveDataModule(ReplayMixDataModule):
         """Each group's rewards into its prompt's evidence (harvested groups by their prompt text)."""
         groups: dict[int, list[float]] = {}
         for r in records:
-            groups.setdefault(r.group_id, []).append(r.reward)
+            if r.served_as != STORED:  # a reused stored success is no new evidence (it was counted when sampled)
+                groups.setdefault(r.group_id, []).append(r.reward)
         for gid, rewards in groups.items():
             idx = self.group_prompt.get(gid)
             if idx is None:

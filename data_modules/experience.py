@@ -37,6 +37,7 @@ class Provenance:
     model: str | None = None  # the policy's model.name_or_path (a folder or Hub id), or the code that built it
     model_revision: str | None = None  # a Hub model's snapshot commit (None: a local folder, a built model)
     run_id: str | None = None  # the run whose weights generated it (run.json's id, also its W&B run id)
+    phase: str | None = None  # algorithm.screen: screen | expand, the phase of its round that sampled it
 
 
 @dataclass

@@ -9,9 +9,11 @@ from transformers import PreTrainedTokenizerBase
 
 from data_modules.base import ExperienceDataModule
 from data_modules.buffer import ExperienceBuffer
+from data_modules.carry import SurplusCarry
 from data_modules.experience import ExperienceRecord
 from data_modules.state_checks import field, integer
 from data_modules.store import ExperienceStore
+from data_modules.stored_success import STORED, SuccessBank
 from hardware import distributed
 from tasks.base import Example, Task, encode_example
 
@@ -33,6 +35,8 @@ class FreshRolloutsDataModule(ExperienceDataModule):
         self._order = list(range(len(task.train)))
         random.Random(seed).shuffle(self._order)
         self._encoded: dict[int, list[int]] = {}
+        self.carry = SurplusCarry()  # algorithm.carry_surplus: dynamic sampling's surplus groups (data_modules/carry.py)
+        self.successes = SuccessBank()  # algorithm.stored_success: one verified success per prompt (stored_success.py)
 
     def make_buffer(self, capacity: int) -> ExperienceBuffer:
         return ExperienceBuffer(capacity)
@@ -84,14 +88,16 @@ class FreshRolloutsDataModule(ExperienceDataModule):
     def epoch_records(self) -> list[ExperienceRecord]:
         latest = self.buffer.latest()
         for r in latest:
-            r.served_as = "fresh"
+            if r.served_as != STORED:  # a reused stored success keeps its own label
+                r.served_as = "fresh"
         return latest
 
     def state_dict(self) -> dict:
         self.sync_store()  # a checkpoint and the store agree on the reuse counts
         store = {"store": self.store.state_dict()} if self.store is not None else {}
         return super().state_dict() | {"cursor": self.cursor, "next_group_id": self.next_group_id,
-                                       "rounds_put": self.rounds_put, "buffer": self.buffer.state_dict()} | store
+                                       "rounds_put": self.rounds_put, "buffer": self.buffer.state_dict(),
+                                       "carry": self.carry.state_dict(), "successes": self.successes.state_dict()} | store
 
     def check_state(self, state: dict) -> None:
         super().check_state(state)
@@ -100,6 +106,8 @@ class FreshRolloutsDataModule(ExperienceDataModule):
         integer(field(state, "cursor"), "cursor", high=self.max_cursor(ids, rounds))
         if "buffer" in state:
             self.buffer.check_state(state["buffer"], "buffer", ids)
+        self.carry.check_state(state.get("carry", []), "carry", ids)  # .get: a checkpoint from before them
+        self.successes.check_state(state.get("successes", {}), "successes", ids)
 
     def max_cursor(self, group_ids: int, rounds: int) -> int:
         """The farthest the prompt stream can have been read: one prompt per group id issued."""
@@ -111,5 +119,7 @@ class FreshRolloutsDataModule(ExperienceDataModule):
         self.rounds_put = state.get("rounds_put", 0)
         if "buffer" in state:
             self.buffer.load_state_dict(state["buffer"])
+        self.carry.load_state_dict(state.get("carry", []))
+        self.successes.load_state_dict(state.get("successes", {}))
         if self.store is not None and "store" in state:
             self.store.load_state_dict(state["store"], self.buffer.groups)

@@ -38,6 +38,13 @@ CASES = {  # name: (overrides, rounds, steps a round or None)
     "grpo_adaptive": (["algorithm=grpo", "data=adaptive", "trainer.max_steps=30", "data.prompts_per_round=4",
                        "data.batch_size=16", "reward=function",  # the controller: posteriors, EMAs, limit, RNG
                        "reward.fn._target_=tests.helpers.char_sum_scores"], 15, 2),
+    # issue 33's round economy: carried surplus groups and the stored-success bank in the data module's state;
+    # rounds of varying size (screens, refills), so their steps vary (None)
+    "grpo_economy": (["algorithm=grpo", "trainer.max_steps=16", "data.prompts_per_round=4", "algorithm.group_size=4",
+                      "data.batch_size=8", "task.operands_max=6", "reward=function",
+                      "reward.fn._target_=tests.helpers.char_sum_scores", "algorithm.pass_threshold=0.7",
+                      "algorithm.dynamic_sampling=true", "algorithm.refill=measured", "algorithm.carry_surplus=true",
+                      "algorithm.screen.size=2", "algorithm.stored_success.enabled=true"], 8, None),
     "dpo": (["algorithm=dpo", "trainer.max_steps=24", "++data.synthetic.num_pairs=64", "data.batch_size=16"], 6, 4),
     # A round's steps vary with its pairs (None: wait for the round's checkpoint, whatever its step); the
     # reference is refreshed every 2 rounds, so a resume must restore the refreshed reference too.
@@ -52,7 +59,7 @@ CASES = {  # name: (overrides, rounds, steps a round or None)
     # mid-stage after a short SFT: the episodes' masks and per-turn provenance in the buffer, the tool totals.
     "grpo_episodes": (TOOL_EPISODES, 16, 2),
 }
-STAGE = {"grpo_replay": "grpo", "grpo_adaptive": "grpo", "dpo": "dpo", "online_dpo_refresh": "online_dpo", "spin": "spin",
+STAGE = {"grpo_replay": "grpo", "grpo_adaptive": "grpo", "grpo_economy": "grpo", "dpo": "dpo", "online_dpo_refresh": "online_dpo", "spin": "spin",
          "grpo_episodes": "grpo"}
 KNOWN: dict[str, set[str]] = {}  # what a resumed stage may still report differently (nothing, now)
 
@@ -135,4 +142,6 @@ def test_a_killed_run_resumes_bit_identically(tmp_path, case):
     if case == "grpo_episodes":  # the resumed buffer held episodes with observation turns (a fixed seed: it does)
         rows = [row for group in state["ReplayMixDataModule"]["buffer"]["groups"] for row in group]
         assert any(0 in (row["loss_mask"] or []) for row in rows), "no observation turn in the resumed buffer"
+    if case == "grpo_economy":  # the resumed data module held stored successes (a fixed seed: it does)
+        assert state["FreshRolloutsDataModule"]["successes"], "no stored success in the resumed state"
     assert weights_digest(killed) == weights_digest(uninterrupted)

@@ -10,6 +10,7 @@ from typing import Callable
 import torch
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord
+from data_modules.screening import ScreenSettings
 from generators.base import finished, stop_ids
 from losses.advantages import turn_advantages, turn_returns
 from losses.common import aggregate
@@ -17,6 +18,7 @@ from losses.overlong import overlong_penalty, truncated
 from trainers.rollout import RolloutModule
 
 TURN_CREDITS = ("outcome", "per_turn")
+REFILLS = ("full", "measured")
 
 
 class GRPOModule(RolloutModule):
@@ -24,8 +26,20 @@ class GRPOModule(RolloutModule):
 
     def __init__(self, advantage: Callable, dynamic_sampling: bool, max_gen_batches: int,
                  overlong_cache: int | None, overlong_max_len: int, overlong_filter: bool,
-                 turn_credit: str = "outcome", turn_gamma: float = 1.0, **kwargs):
+                 turn_credit: str = "outcome", turn_gamma: float = 1.0, refill: str = "full",
+                 carry_surplus: bool = False, screen: dict | None = None, pass_threshold: float = 0.5,
+                 stored_success: dict | None = None, **kwargs):
         super().__init__(**kwargs)
+        if refill not in REFILLS:
+            raise ValueError(f"algorithm.refill={refill!r}: choose one of {', '.join(REFILLS)}")
+        # issue 33's round economy, read by RegenerateExperience (callbacks/round_economy.py)
+        self.refill, self.carry_surplus, self.pass_threshold = refill, carry_surplus, pass_threshold
+        size = (screen or {}).get("size")
+        self.screen = (ScreenSettings(size, self.group_size, screen["min_signal"], pass_threshold)
+                       if size is not None else None)
+        reuse = stored_success or {}
+        self.stored_success = bool(reuse.get("enabled", False))
+        self.stored_success_cap = float(reuse.get("cap", 1.0))  # trainers/rollout.py: truncated IS of stored successes
         if turn_credit not in TURN_CREDITS:
             raise ValueError(f"algorithm.turn_credit={turn_credit!r}: choose one of {', '.join(TURN_CREDITS)}")
         self.advantage_fn, self.turn_credit, self.turn_gamma = advantage, turn_credit, turn_gamma

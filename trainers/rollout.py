@@ -11,9 +11,10 @@ from typing import Callable
 import torch
 
 from data_modules.experience import ExperienceBatch, ExperienceRecord, collate
+from data_modules.stored_success import STORED
 from hardware import distributed
 from losses.common import aggregation_weight, masked_mean
-from losses.correction import importance_diagnostics
+from losses.correction import importance_diagnostics, truncated_is
 from trainers import step_log
 from trainers.base import PolicyModule, frozen_copy, is_lora
 
@@ -63,6 +64,7 @@ class RolloutModule(PolicyModule):
         self._end_round: str | None = None
         self.round_end_reason: str | None = None  # why the current round ended early (None: it ran out)
         self.proximal_forwards = 0  # decoupled_ppo: records of the latest round that needed a π_prox forward
+        self.stored_success_cap = 1.0  # GRPO's algorithm.stored_success.cap (stored_success_loss)
 
     def add_reference(self) -> None:
         """Use a reference policy: a frozen copy, or (LoRA) the adapter-disabled policy itself."""
@@ -159,6 +161,7 @@ class RolloutModule(PolicyModule):
         mask = batch.completion_mask
         proximal = {"prox_logprobs": batch.prox_logprobs} if needs_proximal(self.correction) else {}
         per_token, metrics = self.correction(logp, batch.behaviour_logprobs, advantages, mask, **proximal)
+        per_token = self.stored_success_loss(batch, logp, advantages, per_token)
         self._step_advs.append((advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages).detach()
                                .expand_as(logp))
         if self.use_reference:
@@ -171,6 +174,18 @@ class RolloutModule(PolicyModule):
             metrics["kl"] = masked_mean(kl.detach(), mask)
         metrics["entropy"] = -masked_mean(logp.detach(), mask)
         return per_token, metrics
+
+    def stored_success_loss(self, batch: ExperienceBatch, logp: torch.Tensor, advantages: torch.Tensor,
+                            per_token: torch.Tensor) -> torch.Tensor:
+        """Rows served as a stored success (data_modules/stored_success.py) take truncated importance sampling,
+        −sg(min(π/μ, C))·A·log π with C = algorithm.stored_success.cap (losses/correction.py), whatever the
+        stage's correction: the sample is many versions old, and its advantage was clipped to ≥ 0."""
+        rows = [r.served_as == STORED for r in batch.records]
+        if not any(rows):
+            return per_token
+        reused, _ = truncated_is(logp, batch.behaviour_logprobs, advantages, batch.completion_mask,
+                                 self.stored_success_cap)
+        return torch.where(torch.tensor(rows, device=logp.device)[:, None], reused, per_token)
 
     def log_step(self, batch: ExperienceBatch, loss: torch.Tensor, metrics: dict) -> dict[str, float]:
         """train/* metrics of this optimizer step plus off-policy diagnostics, overall and per slice,

@@ -14,6 +14,7 @@ from run.errors import ConfigError
 from run.push_to_hub import push_problems
 from run.validation.async_rounds import check_async
 from run.validation.dry_build import check_buffer, check_store
+from run.validation.economy import check_economy
 from run.validation.env import check_env
 from run.validation.hardware import check_hardware, check_ranks
 from run.validation.model import check_lora, check_model_shape, check_precision
@@ -183,7 +184,8 @@ def model_folders(cfg: DictConfig, node=None, prefix: str = "") -> list[tuple[st
 
 CHECKS = (_check_rounds, _check_replay, _check_adaptive, _check_overlong, _check_files, _check_micro_batches, _check_generator,
           _check_reference_refresh, check_values, check_hardware, check_ranks, check_lora, check_model_shape,
-          check_precision, check_buffer, check_store, _check_push, check_env, check_async, check_vllm_server)
+          check_precision, check_buffer, check_store, _check_push, check_env, check_async, check_vllm_server,
+          check_economy)
 GATES = (check_moved_targets, check_pairing, _check_resolves, check_schemas)  # an old path, data the algorithm
 # cannot learn from, a broken ${...}, a bad value:
 # the checks across keys would echo it (or trip over its type)

@@ -58,12 +58,17 @@ def test_a_round_refills_until_it_has_its_groups_with_signal():
         start = 4 * len(asked)
         return list(range(start, start + n))
 
-    batches, chosen, metrics = fill_round([0, 1, 2, 3], more, scored, max_gen_batches=5)
+    filled = fill_round([0, 1, 2, 3], more, scored, max_gen_batches=5)
+    batches, chosen, metrics = filled.batches, filled.chosen, filled.metrics
     assert asked == [4, 4] and len(batches) == 3
     assert sorted({r.group_id for r in chosen}) == [1, 5, 6, 8]
     assert metrics == {"rollout/gen_batches": 3.0, "rollout/dynamic_dropped_groups": 7.0,
                        "rollout/dynamic_kept_groups": 4.0, "rollout/dynamic_kept_records": 8.0,
-                       "rollout/dynamic_surplus_groups": 1.0, "rollout/dynamic_no_signal": 0.0}
+                       "rollout/dynamic_surplus_groups": 1.0, "rollout/dynamic_no_signal": 0.0,
+                       "rollout/dynamic_generated_groups": 12.0, "rollout/dynamic_refill_groups": 8.0,
+                       "rollout/dynamic_carried_in_groups": 0.0, "rollout/dynamic_carried_out_groups": 0.0,
+                       "rollout/dynamic_filtered_records": 16.0}  # 24 scored − 8 kept
+    assert filled.surplus == []  # carry off: group 10 is discarded
     rewards, out, report, _, prompt_tokens = merged(batches)
     assert len(out.completions) == len(rewards) == 24 and sum(map(len, out.completions)) == 72
     assert out.seconds == 3.0 and prompt_tokens == 48 and len(report.scores) == 24
@@ -73,16 +78,17 @@ def test_the_cap_ends_the_round_with_what_it_has():
     """max_gen_batches=2: batch 1 has one group with signal, batch 2 none; the round trains on 1 group."""
     tied, mixed = [0.0, 0.0], [0.0, 1.0]
     plans = {0: [mixed, tied, tied], 3: [tied, tied, tied]}
-    batches, chosen, metrics = fill_round([0, 1, 2], lambda n: [3, 4, 5],
-                                          lambda p: batch([group(p[0] + i, rw) for i, rw in enumerate(plans[p[0]])]),
-                                          max_gen_batches=2)
+    batches, chosen, metrics, _ = vars(fill_round(
+        [0, 1, 2], lambda n: [3, 4, 5], lambda p: batch([group(p[0] + i, rw) for i, rw in enumerate(plans[p[0]])]),
+        max_gen_batches=2)).values()
     assert len(batches) == 2 and {r.group_id for r in chosen} == {0}
     assert metrics["rollout/dynamic_dropped_groups"] == 5.0 and metrics["rollout/dynamic_kept_groups"] == 1.0
 
 
 def test_no_signal_anywhere_serves_the_last_batch_as_it_is():
-    batches, chosen, metrics = fill_round([0, 1], lambda n: [2, 3],
-                                          lambda p: batch([group(g, [1.0, 1.0]) for g in p]), max_gen_batches=2)
+    batches, chosen, metrics, _ = vars(fill_round([0, 1], lambda n: [2, 3],
+                                                  lambda p: batch([group(g, [1.0, 1.0]) for g in p]),
+                                                  max_gen_batches=2)).values()
     assert {r.group_id for r in chosen} == {2, 3} and metrics["rollout/dynamic_no_signal"] == 1.0
 
 

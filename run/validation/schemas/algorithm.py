@@ -11,8 +11,8 @@ from pydantic import Field
 
 from losses.common import AGGREGATIONS
 from losses.correction import LEVELS
-from run.validation.schemas.base import (Bool, NonNegativeInt, NonNegativeNumber, Node, OpenNode, OptionalPath,
-                                          PositiveInt, PositiveNumber, Text, choice, must, optional)
+from run.validation.schemas.base import (Bool, Fraction, NonNegativeInt, NonNegativeNumber, Node, OpenNode,
+                                          OptionalPath, PositiveInt, PositiveNumber, Text, choice, must, optional)
 from run.validation.schemas.generator import TopK, TopP
 
 
@@ -45,6 +45,18 @@ class PreferenceLoss(Node):
     desirable_weight: PositiveNumber = None
     undesirable_weight: PositiveNumber = None
     center_coef: NonNegativeNumber = None
+
+
+class Screen(Node):
+    """GRPO's screen, then expand (data_modules/screening.py); size < group_size: run/validation/economy.py."""
+    size: optional(PositiveInt, "(off)") = None
+    min_signal: Fraction = None
+
+
+class StoredSuccess(Node):
+    """GRPO's reuse of stored successes (data_modules/stored_success.py)."""
+    enabled: Bool = None
+    cap: must(Annotated[float, Field(ge=1)], "a number ≥ 1 (a stored success with π = μ keeps its weight)") = None
 
 
 class Algorithm(OpenNode):
@@ -83,6 +95,11 @@ class Algorithm(OpenNode):
     save_dir: OptionalPath = None
     dynamic_sampling: Bool = None
     max_gen_batches: PositiveInt = None
+    refill: choice("full", "measured") = None
+    carry_surplus: Bool = None
+    screen: Screen = None
+    pass_threshold: must(float, "a number (a sample passes when its reward ≥ it)") = None
+    stored_success: StoredSuccess = None
     overlong_cache: optional(PositiveInt, "(off)") = None
     overlong_max_len: PositiveInt = None
     overlong_filter: Bool = None
