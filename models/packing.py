@@ -17,7 +17,7 @@ Two decoders run packs:
   block-diagonal mask (flash-attention-2 on a GPU runs it as varlen attention); a 4-token probe, once per
   decoder, checks that the model really keeps packed rows apart before any training forward uses it.
 Anything else (FSDP-sharded models, remote code, a left-padded batch) keeps the padded forward, and so
-does a batch where packing saves nothing (every pack would hold one row).
+does a batch where packing saves little (fewer than MIN_SAVING of its positions: rows of similar lengths).
 
 The outputs have the padded shapes ([B, L-1] log-probs, [B, L, H] hidden states), so every loss reads
 them as before; positions past a row's end hold 0 (the padded path's values there are masked anyway).
@@ -38,6 +38,9 @@ from models import lean_llama
 from models.lean_llama import _attend, _finish_layer, _qkv, _rotary
 
 FLAG = "_policyshift_packing"  # the attribute `enable` sets on a model and its decoder
+MIN_SAVING = 0.1  # pack only when the packs hold at least 10 % fewer positions than the padded batch: below
+                 # that the block mask and the layout cost about what they save (a tiny GRPO-like batch,
+                 # 128 rows into 124 packs: within noise of padded)
 _hf_verified: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 
@@ -115,8 +118,8 @@ def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
 
 
 def layout(attention_mask: torch.Tensor) -> PackLayout | None:
-    """The packs of a right-padded batch, or None when packing saves nothing (every pack would hold one
-    row) or the batch is not right-padded."""
+    """The packs of a right-padded batch, or None when packing saves too little (under MIN_SAVING of the
+    padded positions) or the batch is not right-padded."""
     mask = attention_mask.bool()
     if bool((mask[:, 1:] & ~mask[:, :-1]).any()):  # a 0 → 1 step: not right-padded
         return None
@@ -125,7 +128,7 @@ def layout(attention_mask: torch.Tensor) -> PackLayout | None:
     if width == 0:
         return None
     groups = first_fit_decreasing(lengths, width)
-    if len(groups) == len(lengths):
+    if len(groups) * width > (1.0 - MIN_SAVING) * len(lengths) * width:
         return None
     B, L, device = mask.shape[0], mask.shape[1], mask.device
     pack_of, offset, used = [0] * B, [0] * B, []

@@ -40,6 +40,10 @@ def test_tail_is_its_own_segment_and_no_row_split():
 def test_no_layout_when_packing_saves_nothing_or_left_padded():
     assert packing.layout(torch.ones(4, 6, dtype=torch.long)) is None  # uniform lengths: one row a pack
     assert packing.layout(torch.tensor([[0, 1, 1], [1, 1, 1], [0, 0, 1]])) is None  # left-padded
+    nine_full = [[1, 1, 1, 1]] * 9
+    saves_little = torch.tensor(nine_full + [[1, 1, 0, 0]] * 2)  # 11 rows → 10 packs: 40 of 44 positions
+    assert packing.layout(saves_little) is None
+    assert packing.layout(torch.tensor(nine_full[:7] + [[1, 1, 0, 0]] * 2)).packs == 8  # 32 of 36: packed
 
 
 def random_batch(vocab: int, rows: int = 9, width: int = 24, seed: int = 0):
