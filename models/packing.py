@@ -48,8 +48,10 @@ def enable(model, on: bool) -> None:
     """Switch the packed forward on or off for `model` (and its decoder, which a separate PPO critic
     copies): `model.packing` in the model config (models/hf.finish_model)."""
     setattr(model, FLAG, bool(on))
-    get_decoder = getattr(model, "get_decoder", None)
-    decoder = get_decoder() if get_decoder is not None else None
+    try:  # transformers' get_decoder raises for the few models without a rule
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    except (AttributeError, ValueError, NotImplementedError):
+        decoder = None
     if decoder is not None and decoder is not model:
         setattr(decoder, FLAG, bool(on))
 
