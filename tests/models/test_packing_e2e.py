@@ -32,7 +32,7 @@ def run(tmp_path: Path, packing: bool, algorithm: str = "grpo") -> tuple[dict, f
         f"model.packing={str(packing).lower()}", "callbacks.checkpoint=null", "trainer.enable_checkpointing=false",
         "+callbacks.packed_counter._target_=tests.models.packing_counter.PackedCounter",
         f"+callbacks.packed_counter.out={counts}", f"hydra.run.dir={out}"]
-    result = train(*args)
+    result = train(*args, timeout=900)  # two train.py runs on a shared 2-core machine
     assert result.returncode == 0, result.stderr[-3000:]
     rows = list(csv.DictReader(next(out.rglob("metrics.csv")).open()))
     first = float(next(r["train/loss"] for r in rows if r.get("train/loss")))
