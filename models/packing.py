@@ -129,8 +129,11 @@ def layout(attention_mask: torch.Tensor) -> PackLayout | None:
     width = max(lengths) if lengths else 0
     if width == 0:
         return None
+    most = (1.0 - MIN_SAVING) * len(lengths) * width  # the positions packs may hold and still pay
+    if sum(lengths) > most:  # no packing of these tokens can (rows of similar lengths): no layout work
+        return None
     groups = first_fit_decreasing(lengths, width)
-    if len(groups) * width > (1.0 - MIN_SAVING) * len(lengths) * width:
+    if len(groups) * width > most:
         return None
     B, L, device = mask.shape[0], mask.shape[1], mask.device
     pack_of, offset, used = [0] * B, [0] * B, []

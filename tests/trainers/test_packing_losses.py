@@ -93,7 +93,7 @@ def test_sft(hydra_conf):
 def test_dpo(hydra_conf):
     module, tok = module_for(hydra_conf, ["algorithm=dpo", "data=static_preferences"])
     recs = random_records(12, seed=4)
-    pairs = [PreferenceRecord(a.prompt_ids, a.completion_ids, b.completion_ids, a.provenance)
+    pairs = [PreferenceRecord(a.prompt_ids, a.completion_ids, b.completion_ids[:2], a.provenance)  # short rejected
              for a, b in zip(recs[::2], recs[1::2])]
     batch = collate_preferences(pairs, tok.pad_token_id)
     assert_packed_equals_padded(module, batch, micro=4)
