@@ -5,7 +5,8 @@ only. Works through peft wrappers (LoRA layers sit inside the decoder and head m
 
 Models whose logits are more than `lm_head(hidden)` (Gemma-2's soft-capping, Cohere's logit scale) take
 the plain `model(...).logits` path instead, still reduced chunk by chunk. Llama-family decoders on
-right-padded batches run models.lean_llama's functional forward (same values, less overhead).
+right-padded batches run models.lean_llama's functional forward (same values, less overhead); with
+`model.packing`, rows packed without padding (models/packing.py).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 
 from hardware.sharding import is_sharded
 from losses.common import head_token_logprobs, token_logprobs
-from models import lean_llama
+from models import lean_llama, packing
 
 POST_PROCESSED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
@@ -73,6 +74,11 @@ def sequence_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torc
         lp = _pad_left(lp, first_target)
         return (lp, out.hidden_states[-1]) if with_hidden else lp
     decoder, head = parts
+    if packing.enabled(model):  # model.packing: rows packed, no compute on padding (models/packing.py)
+        out = packing.packed_token_logprobs(decoder, head, input_ids, attention_mask, temperature, with_hidden,
+                                            first_target, top_k, top_p)
+        if out is not None:
+            return out
     if is_sharded(model):
         hidden = hidden_states_through_root(model, decoder, input_ids, attention_mask)
     elif lean_llama.supports(decoder) and is_right_padded(attention_mask):

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from models.packing import decoder_hidden
+
 
 def backbone_of(model: PreTrainedModel) -> nn.Module:
     """The transformer body (no LM head) of a causal LM, through a peft wrapper if there is one (the
@@ -57,7 +59,7 @@ class SharedCritic(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 hidden_states: torch.Tensor | None = None) -> torch.Tensor:
         if hidden_states is None:
-            hidden_states = self._backbone[0](input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden_states = decoder_hidden(self._backbone[0], input_ids, attention_mask)
         return self.head(hidden_states)
 
 
@@ -80,7 +82,7 @@ class SeparateCritic(nn.Module):
                 hidden_states: torch.Tensor | None = None) -> torch.Tensor:
         if hidden_states is not None:
             raise ValueError("a separate critic runs its own backbone: pass no hidden_states")
-        return self.head(self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
+        return self.head(decoder_hidden(self.backbone, input_ids, attention_mask))
 
 
 CRITICS = {"shared": SharedCritic, "separate": SeparateCritic}

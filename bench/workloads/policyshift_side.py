@@ -26,12 +26,19 @@ def model_overrides(w: Workload, model_dir: Path) -> list[str]:
     return ["model=hf", f"model.name_or_path={model_dir}"]
 
 
-def algorithm_overrides(w: Workload) -> list[str]:
+def prompt_overrides(w: Workload, data_dir: Path) -> list[str]:
+    """The arithmetic task as users run it, or (another prompt file) the prepared file through task=jsonl."""
+    if w.prompts == "prompts.jsonl":
+        return []
+    return ["task=jsonl", f"task.train_path={data_dir / w.prompts}", "task.num_heldout=50"]
+
+
+def algorithm_overrides(w: Workload, data_dir: Path) -> list[str]:
     if w.algorithm == "grpo":
         return ["algorithm=grpo", "data=fresh_rollouts", f"data.prompts_per_round={w.batch}",
                 f"data.batch_size={w.records_per_step}", f"algorithm.group_size={w.group}",
                 "algorithm.epochs_per_round=1", f"algorithm.beta={w.beta}",
-                f"generator.max_new_tokens={w.max_new_tokens}"]
+                f"generator.max_new_tokens={w.max_new_tokens}", *prompt_overrides(w, data_dir)]
     if w.algorithm == "dpo":  # num_pairs: exactly one epoch of pairs (no dataloader rebuild mid-run)
         return ["algorithm=dpo", "data=static_preferences", f"data.batch_size={w.batch}",
                 f"algorithm.beta={DPO_BETA}", f"algorithm.precompute_reference={str(w.precompute).lower()}",
@@ -43,11 +50,12 @@ def algorithm_overrides(w: Workload) -> list[str]:
 
 
 def overrides(w: Workload, model_dir: Path, run_dir: Path, timer_json: Path) -> list[str]:
+    """(model_dir is <cache>/models/<name>: the prepared data sits in <cache>/data.)"""
     return [
         "experiment=single", f"seed={SEED}", f"trainer.max_steps={w.steps}", "logger=csv",
         "callbacks.evaluate=null", "callbacks.preference_eval=null", "callbacks.checkpoint=null",
         "callbacks.plots=null", "trainer.enable_checkpointing=false",
-        *algorithm_overrides(w), *model_overrides(w, model_dir),
+        *algorithm_overrides(w, model_dir.parents[1] / "data"), *model_overrides(w, model_dir),
         "+callbacks.bench_timer._target_=bench.workloads.ps_timer.StepTimer",
         f"+callbacks.bench_timer.out={timer_json}",
         f"hydra.run.dir={run_dir}",

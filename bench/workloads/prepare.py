@@ -6,6 +6,9 @@
                            sizes in spec.MODELS with the character tokenizer padded to 32,000 tokens
   <cache>/data/prompts.jsonl        {"prompt", "answer"}: the arithmetic task's training prompts
                                     (conf/task/arithmetic.yaml: 2 digits, 500 held out, split seed 0)
+  <cache>/data/prompts_mixed.jsonl  the same prompts, each behind a filler of spaced digits so that the
+                                    whole prompt is 16-256 characters (= tokens: the character tokenizer),
+                                    uniform and seeded (spec.MIXED_LENGTHS)
   <cache>/data/pairs_<N>.jsonl      {"prompt", "chosen", "rejected"}: the first N synthetic pairs
                                     policyshift makes itself (data_modules.synthetic_preferences.
                                     arithmetic_pairs, num_pairs=N, seed 1), in its order
@@ -27,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.workloads.spec import MODELS, SEED, Workload  # noqa: E402
+from bench.workloads.spec import MIXED_LENGTHS, MODELS, SEED, Workload  # noqa: E402
 
 TASK = {"digits": 2, "num_heldout": 500, "seed": 0}  # conf/task/arithmetic.yaml
 
@@ -98,6 +101,8 @@ def write_data(cache: Path, workloads: list[Workload]) -> Path:
     task = arithmetic_task(**TASK)
     if not (out / "prompts.jsonl").is_file():
         _write_jsonl(out / "prompts.jsonl", [{"prompt": ex.prompt, "answer": ex.answer} for ex in task.train])
+    if not (out / "prompts_mixed.jsonl").is_file():
+        _write_jsonl(out / "prompts_mixed.jsonl", mixed_prompts(task.train))
     tokenizer = build_char_tokenizer()
     for n in sorted({w.steps * w.batch for w in workloads if w.algorithm == "dpo"}):
         path = out / f"pairs_{n}.jsonl"
@@ -110,6 +115,20 @@ def write_data(cache: Path, workloads: list[Workload]) -> Path:
         if not path.is_file():
             _write_jsonl(path, [{"prompt": ex.prompt, "completion": ex.answer} for ex in task.train[:n]])
     return out
+
+
+def mixed_prompts(examples) -> list[dict]:
+    """Each example's prompt behind a filler ("7 3 1 ... | "), the whole prompt a seeded uniform draw of
+    MIXED_LENGTHS characters long (at least the question itself); the answer unchanged."""
+    import random
+    rng, (lo, hi), rows = random.Random(SEED), MIXED_LENGTHS, []
+    for ex in examples:
+        target = max(rng.randint(lo, hi), len(ex.prompt))
+        filler = " ".join(str(rng.randint(0, 9)) for _ in range(hi))
+        pad = target - len(ex.prompt)
+        prefix = (filler[: max(pad - 3, 0)] + " | ")[-pad:] if pad else ""
+        rows.append({"prompt": prefix + ex.prompt, "answer": ex.answer})
+    return rows
 
 
 def prepare(cache: Path, workloads: list[Workload]) -> dict[str, Path]:

@@ -23,6 +23,9 @@ TRL_LOGGING_STEPS = 1  # = policyshift's trainer.log_every_n_steps default: both
 MODELS = {
     "tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 256,
              "max_position_embeddings": 64, "vocab_size": None, "seed": SEED},
+    # the tiny model with room for the mixed-length prompts (16-256 tokens + the completion)
+    "tiny_long": {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 256,
+                  "max_position_embeddings": 512, "vocab_size": None, "seed": SEED},
     "big": {"hidden_size": 512, "num_layers": 8, "num_heads": 8, "intermediate_size": 1536,
             "max_position_embeddings": 512, "vocab_size": 32_000, "seed": SEED},
 }
@@ -51,6 +54,8 @@ class Workload:
     group: int = 8          # grpo: completions per prompt
     max_new_tokens: int = 8  # grpo
     precompute: bool = False  # dpo: reference log-probs computed once before training, no reference copy
+    prompts: str = "prompts.jsonl"  # grpo: the prompt file (bench/workloads/prepare.py); "prompts_mixed.jsonl":
+                                    # each arithmetic prompt behind a filler, MIXED_LENGTHS tokens in all
 
     @property
     def steps(self) -> int:
@@ -82,11 +87,17 @@ def _family(model: str, warmup: int, measure: int, grpo_tokens: int) -> list[Wor
     ]
 
 
+# GRPO with prompts of mixed lengths (issue 35): each prompt 16-256 tokens (uniform, seeded), where padded
+# micro-batches pay for the longest row and packed ones (model.packing) for the tokens they hold.
+MIXED_LENGTHS = (16, 256)
+MIXED = [Workload("grpo_mixed_lengths", algorithm="grpo", model="tiny_long", batch=16, group=8, max_new_tokens=8,
+                  beta=0.04, warmup=3, measure=20, prompts="prompts_mixed.jsonl")]
+
 # tiny: a step is tens of milliseconds, so step 0 + 3 warm-up steps are dropped and 20 measured; big: a
 # GRPO step is tens of seconds (16 × 8 completions of 64 tokens through 43.7 M parameters), so only
 # step 0 (which also holds the allocator's and caches' first use) is dropped and 3 are measured.
 WORKLOADS = {w.name: w for w in _family("tiny", warmup=3, measure=20, grpo_tokens=8)
-             + _family("big", warmup=0, measure=3, grpo_tokens=64)}
+             + _family("big", warmup=0, measure=3, grpo_tokens=64) + MIXED}
 
 # The workloads that have a bare-PyTorch floor (bench/bare_loop.py): the compute-bound ones.
 BARE = [name for name, w in WORKLOADS.items() if w.model == "big"]
