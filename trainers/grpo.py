@@ -14,6 +14,7 @@ from generators.base import finished, stop_ids
 from losses.advantages import turn_advantages, turn_returns
 from losses.common import aggregate
 from losses.overlong import overlong_penalty, truncated
+from trainers import shared_prefix
 from trainers.rollout import RolloutModule
 
 TURN_CREDITS = ("outcome", "per_turn")
@@ -24,7 +25,7 @@ class GRPOModule(RolloutModule):
 
     def __init__(self, advantage: Callable, dynamic_sampling: bool, max_gen_batches: int,
                  overlong_cache: int | None, overlong_max_len: int, overlong_filter: bool,
-                 turn_credit: str = "outcome", turn_gamma: float = 1.0, **kwargs):
+                 turn_credit: str = "outcome", turn_gamma: float = 1.0, shared_prefix: bool = False, **kwargs):
         super().__init__(**kwargs)
         if turn_credit not in TURN_CREDITS:
             raise ValueError(f"algorithm.turn_credit={turn_credit!r}: choose one of {', '.join(TURN_CREDITS)}")
@@ -32,6 +33,7 @@ class GRPOModule(RolloutModule):
         self.dynamic_sampling, self.max_gen_batches = dynamic_sampling, max_gen_batches  # read by RegenerateExperience
         self.overlong_cache, self.overlong_max_len = overlong_cache, overlong_max_len
         self.overlong_filter = overlong_filter
+        self.shared_prefix = shared_prefix  # each distinct prompt of a micro-batch computed once (trainers/shared_prefix.py)
 
     def annotate(self, records: list[ExperienceRecord]) -> list[ExperienceRecord]:
         """Advantages from rewards (+ the overlong penalty when on) and group ids (`algorithm.advantage`:
@@ -89,6 +91,15 @@ class GRPOModule(RolloutModule):
         penalty = overlong_penalty(lengths, self.overlong_max_len, self.overlong_cache)
         return rewards.float() + penalty, stats | {"overlong_penalty_mean": float(penalty.mean()),
                                                    "overlong_penalized_frac": float((penalty < 0).float().mean())}
+
+    def sequence_logprobs(self, model, batch: ExperienceBatch) -> torch.Tensor:
+        """With `shared_prefix`: each distinct prompt computed once (the policy's and the reference's forwards);
+        else, or when nothing is shared, the padded path."""
+        if self.shared_prefix:
+            logp = shared_prefix.sequence_logprobs(model, batch, self.temperature, self.top_k, self.top_p)
+            if logp is not None:
+                return logp
+        return super().sequence_logprobs(model, batch)
 
     def micro_loss(self, batch: ExperienceBatch):
         logp = self.sequence_logprobs(self.policy, batch)
