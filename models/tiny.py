@@ -37,11 +37,12 @@ def build_tiny(
     lora: dict | None = None,
     dtype: str = "float32",
     activation_checkpointing: bool = False,
+    compile: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Build a randomly initialised LlamaForCausalLM and its tokenizer, deterministic from `seed`.
 
     The result saves with `save_pretrained` and loads back with `AutoModelForCausalLM` and
-    `AutoTokenizer` alone, no project code needed. `dtype`, `activation_checkpointing` and `lora`
+    `AutoTokenizer` alone, no project code needed. `dtype`, `activation_checkpointing`, `compile` and `lora`
     (LoraConfig fields): see models.hf.finish_model.
     """
     tokenizer = build_char_tokenizer()
@@ -53,4 +54,4 @@ def build_tiny(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
-    return finish_model(model, dtype, activation_checkpointing, lora), tokenizer
+    return finish_model(model, dtype, activation_checkpointing, lora, compile), tokenizer

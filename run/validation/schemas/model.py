@@ -39,6 +39,7 @@ class Tiny(Node):
     seed: Seed = None
     dtype: Dtype = None
     activation_checkpointing: Bool = None
+    compile: Bool = None
     lora: Lora = None
 
 
@@ -48,6 +49,7 @@ class HF(Node):
     dtype: Dtype = None
     trust_remote_code: Bool = None
     activation_checkpointing: Bool = None
+    compile: Bool = None
     lora: Lora = None
     adapter: choice(*ADAPTER_MODES, why="how a LoRA run's policy/ given as model.name_or_path is loaded") = None
 
