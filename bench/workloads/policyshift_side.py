@@ -59,7 +59,6 @@ def overrides(w: Workload, model_dir: Path, run_dir: Path, timer_json: Path, dat
         "callbacks.evaluate=null", "callbacks.preference_eval=null", "callbacks.checkpoint=null",
         "callbacks.plots=null", "trainer.enable_checkpointing=false",
         *algorithm_overrides(w), *model_overrides(w, model_dir), *task_overrides(w, data_dir),
-        *w.policyshift_extra,
         "+callbacks.bench_timer._target_=bench.workloads.ps_timer.StepTimer",
         f"+callbacks.bench_timer.out={timer_json}",
         f"hydra.run.dir={run_dir}",

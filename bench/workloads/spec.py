@@ -55,7 +55,6 @@ class Workload:
     max_new_tokens: int = 8  # grpo
     precompute: bool = False  # dpo: reference log-probs computed once before training, no reference copy
     prompt_prefix: int = 0  # grpo: characters of a fixed system prompt (SYSTEM_PROMPT) before every task prompt
-    policyshift_extra: tuple[str, ...] = ()  # more train.py overrides on policyshift's side (its best settings)
 
     @property
     def steps(self) -> int:
@@ -105,10 +104,9 @@ def system_prompt(chars: int) -> str:
 
 
 # GRPO where the prompt dominates (issue 35): a 256-token system prompt before each 6-token sum, G = 8, 8 new
-# tokens, β = 0.04 (a reference forward too); policyshift computes each group's prompt once there.
+# tokens, β = 0.04 (a reference forward too); policyshift computes each group's prompt once (algorithm.shared_prefix).
 WORKLOADS["grpo_long_prompt"] = Workload("grpo_long_prompt", algorithm="grpo", model="tiny_long", batch=16, group=8,
-                                         max_new_tokens=8, beta=0.04, warmup=3, measure=10, prompt_prefix=256,
-                                         policyshift_extra=("algorithm.shared_prefix=true",))
+                                         max_new_tokens=8, beta=0.04, warmup=3, measure=10, prompt_prefix=256)
 
 # The workloads that have a bare-PyTorch floor (bench/bare_loop.py): the compute-bound ones.
 BARE = [name for name, w in WORKLOADS.items() if w.model == "big"]

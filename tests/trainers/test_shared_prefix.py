@@ -101,9 +101,9 @@ def test_no_shared_prompt_keeps_the_padded_path():
 def test_grpo_step_with_shared_prefix_equals_the_padded_step(hydra_conf, episodes):
     """One GRPO optimizer step (β = 0.04: reference log-probs annotated through each path; micro-batches of 5
     records cut the groups) gives the same loss and gradients with and without algorithm.shared_prefix."""
-    padded, tok = module_for(hydra_conf, ["algorithm=grpo", "algorithm.loss_agg_mode=token_mean"])
-    shared, _ = module_for(hydra_conf, ["algorithm=grpo", "algorithm.loss_agg_mode=token_mean",
-                                        "algorithm.shared_prefix=true"])
+    padded, tok = module_for(hydra_conf, ["algorithm=grpo", "algorithm.loss_agg_mode=token_mean",
+                                          "algorithm.shared_prefix=false"])
+    shared, _ = module_for(hydra_conf, ["algorithm=grpo", "algorithm.loss_agg_mode=token_mean"])  # the default
     assert shared.shared_prefix and not padded.shared_prefix
     shared.load_state_dict(padded.state_dict())
     records, twins = group_records(episodes=episodes), group_records(episodes=episodes)
@@ -131,13 +131,14 @@ def test_grpo_step_with_shared_prefix_equals_the_padded_step(hydra_conf, episode
 
 
 def test_train_py_runs_grpo_with_shared_prefix(tmp_path):
-    """End to end: `python train.py algorithm=grpo algorithm.shared_prefix=true` trains (two steps, β > 0)."""
+    """End to end: `python train.py algorithm=grpo` trains with its default algorithm.shared_prefix=true (two
+    steps, β > 0)."""
     import csv
 
     from tests.test_train_e2e import SMALL, train
 
     out = tmp_path / "run"
-    proc = train(*SMALL, "experiment=single", "algorithm=grpo", "data=fresh_rollouts", "algorithm.shared_prefix=true",
+    proc = train(*SMALL, "experiment=single", "algorithm=grpo", "data=fresh_rollouts",
                  "trainer.max_steps=2", "logger=csv", "callbacks.evaluate=null", "callbacks.checkpoint=null",
                  "callbacks.plots=null", "trainer.enable_checkpointing=false", f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
