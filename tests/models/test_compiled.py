@@ -46,3 +46,18 @@ def test_compiled_forward_and_gradients_equal_eager():
         assert g_e.keys() == g_c.keys() and len(g_e) > 0
         for n in g_e:
             assert torch.allclose(g_c[n], g_e[n], atol=1e-5), (n, (g_c[n] - g_e[n]).abs().max())
+
+
+@pytest.mark.slow  # a train.py process plus torch.compile's first calls: minutes on a shared CPU
+def test_train_py_runs_with_model_compile(tmp_path):
+    """End to end: `python train.py model.compile=true` trains an SFT stage (the compiled forward and backward)."""
+    from tests.helpers import TINY_MODEL
+    from tests.test_train_e2e import train
+
+    out = tmp_path / "run"
+    proc = train(*TINY_MODEL, "experiment=single", "algorithm=sft", "data=demonstrations", "model.compile=true",
+                 "data.batch_size=16", "task.num_heldout=20", "callbacks.progress.refresh_rate=0",
+                 "trainer.max_steps=2", "logger=csv", "callbacks.evaluate=null", "callbacks.checkpoint=null",
+                 "callbacks.plots=null", "trainer.enable_checkpointing=false", f"hydra.run.dir={out}", timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "compile: true" in (out / "config.yaml").read_text()
