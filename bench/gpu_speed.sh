@@ -91,4 +91,19 @@ fi
 
 echo "exit $RC after $(( $(date +%s) - START )) s; report: $OUT/gpu_speed.md (run folders: /tmp/policyshift_gpu_speed/runs)"
 [[ -f "$OUT/gpu_speed.md" ]] && cat "$OUT/gpu_speed.md"
+
+# --- block: shared prefix (issue 35 item 2; bench/shared_prefix_pass.py) ---------------------------------
+# The GRPO policy forward+backward and the reference forward, padded rows vs each prompt computed once
+# (algorithm.shared_prefix), on the same ~0.5B Qwen2 in bf16 autocast, 16 prompts × 8 of 16 and 512 tokens,
+# 128 new tokens. Runs in what is left of TOTAL_S (SHARED_PREFIX_S caps it); alone: python bench/shared_prefix_pass.py --gpu
+SP_LEFT=$(( TOTAL_S - ($(date +%s) - START) ))
+SP_LIMIT=$(( SP_LEFT < ${SHARED_PREFIX_S:-300} ? SP_LEFT : ${SHARED_PREFIX_S:-300} ))
+if (( SP_LIMIT < 30 )); then
+    echo "shared prefix: skipped ($SP_LEFT s left); run it alone: python bench/shared_prefix_pass.py --gpu"
+else
+    echo "[$(( $(date +%s) - START )) s] python bench/shared_prefix_pass.py --gpu (limit $SP_LIMIT s)"
+    timeout -k 10 "$SP_LIMIT" python bench/shared_prefix_pass.py --gpu --repeats 5 \
+        --json "$OUT/gpu_shared_prefix.json" 2>&1 | tee "$OUT/gpu_shared_prefix.log"
+fi
+# --- end block: shared prefix ------------------------------------------------------------------------
 exit "$RC"

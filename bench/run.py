@@ -93,7 +93,7 @@ def command(side: str, w: Workload | None, name: str, ctx: Context, out: Path, r
     model_dir = ctx.paths[f"model_{w.model}"]
     if side == "policyshift":
         from bench.workloads.policyshift_side import command as ps_command
-        return ps_command(ctx.pythons["main"], w, model_dir, run_dir, out)
+        return ps_command(ctx.pythons["main"], w, model_dir, run_dir, out, ctx.paths["data"])
     script = {"trl": "bench/workloads/trl_side.py", "bare": "bench/bare_loop.py"}[side]
     py = ctx.pythons["trl"] if side == "trl" else ctx.pythons["main"]
     return [py, str(ROOT / script), "--workload", w.name, "--model-dir", str(model_dir),

@@ -17,7 +17,7 @@ import torch
 
 from hardware.sharding import is_sharded
 from losses.common import head_token_logprobs, token_logprobs
-from models import lean_llama, packing
+from models import compiled, lean_llama, packing
 
 POST_PROCESSED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
@@ -82,7 +82,7 @@ def sequence_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torc
     if is_sharded(model):
         hidden = hidden_states_through_root(model, decoder, input_ids, attention_mask)
     elif lean_llama.supports(decoder) and is_right_padded(attention_mask):
-        hidden = lean_llama.train_hidden(decoder, input_ids)
+        hidden = compiled.train_hidden(decoder, input_ids)  # lean_llama's, compiled under model.compile
     else:
         hidden = hidden_states(decoder, input_ids, attention_mask)
     lp = head_token_logprobs(hidden[:, first_target:-1], head, input_ids[:, first_target + 1:], temperature,

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from models import compiled
 from models.adapters import apply_chain, check_mode, continue_adapter
 from models.hf_checks import (ModelFolderError, ModelFolderMissing, adapter_chain, check_folder, check_vocab,
                               is_adapter_folder, load_tokenizer, tokenizer_folder)
@@ -20,10 +21,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def finish_model(model: PreTrainedModel, dtype: str, activation_checkpointing: bool,
-                 lora: dict | None, packing: bool = False) -> PreTrainedModel:
+                 lora: dict | None, packing: bool = False, compile: bool = False) -> PreTrainedModel:
     """The policy as configured: weights in `dtype`, activation (gradient) checkpointing of the decoder
-    layers (recomputed in backward: less memory, ~30% more compute), an optional LoRA adapter, and the
-    padding-free training forward (`packing`: models/packing.py; a peft wrapper reads it through)."""
+    layers (recomputed in backward: less memory, ~30% more compute), an optional LoRA adapter, the
+    padding-free training forward (`packing`: models/packing.py; a peft wrapper reads it through), and with
+    `compile` the training forward through torch.compile (models/compiled.py)."""
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype={dtype!r}: choose one of {sorted(DTYPES)}")
     model = model.to(DTYPES[dtype])
@@ -35,12 +37,15 @@ def finish_model(model: PreTrainedModel, dtype: str, activation_checkpointing: b
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     packing_enable(model, packing)
-    return apply_lora(model, lora)
+    model = apply_lora(model, lora)
+    if compile:
+        compiled.enable(model)
+    return model
 
 
 def load_hf(
     name_or_path: str, dtype: str, trust_remote_code: bool, activation_checkpointing: bool,
-    lora: dict | None = None, adapter: str = "continue", packing: bool = False,
+    lora: dict | None = None, adapter: str = "continue", packing: bool = False, compile: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM + tokenizer from a local directory or a Hub id's snapshot in the cache (downloaded
     first only with HF_HUB_OFFLINE=0: models/hub.py): a full model folder, or a LoRA run's adapter
@@ -49,7 +54,7 @@ def load_hf(
 
     A missing pad token gets a dedicated new `<pad>` token (the embedding is resized) instead of
     reusing eos, so that padding never masks the real end of a sequence. Prompts are left-padded for
-    batched generation. `dtype`, `activation_checkpointing`, `lora`, `packing`: see `finish_model`.
+    batched generation. `dtype`, `activation_checkpointing`, `lora`, `packing`, `compile`: see `finish_model`.
     """
     path = model_folder(name_or_path, "model.name_or_path", ModelFolderMissing)
     config = check_folder(path)  # names the folder and what is missing, truncated or mismatched
@@ -66,8 +71,8 @@ def load_hf(
     check_vocab(path, tokenizer, model.get_input_embeddings().num_embeddings)
     _set_padding(model, tokenizer)
     if len(chain) > 1 and adapter == "continue":
-        return continue_adapter(finish_model(model, dtype, activation_checkpointing, None, packing), path), tokenizer
-    return finish_model(model, dtype, activation_checkpointing, lora, packing), tokenizer
+        return continue_adapter(finish_model(model, dtype, activation_checkpointing, None, packing, compile), path), tokenizer
+    return finish_model(model, dtype, activation_checkpointing, lora, packing, compile), tokenizer
 
 
 def _set_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:

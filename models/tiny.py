@@ -38,12 +38,13 @@ def build_tiny(
     dtype: str = "float32",
     activation_checkpointing: bool = False,
     packing: bool = False,
+    compile: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Build a randomly initialised LlamaForCausalLM and its tokenizer, deterministic from `seed`.
 
     The result saves with `save_pretrained` and loads back with `AutoModelForCausalLM` and
     `AutoTokenizer` alone, no project code needed. `dtype`, `activation_checkpointing`, `lora`
-    (LoraConfig fields) and `packing`: see models.hf.finish_model.
+    (LoraConfig fields), `packing` and `compile`: see models.hf.finish_model.
     """
     tokenizer = build_char_tokenizer()
     config = tiny_config(hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings, tokenizer)
@@ -54,4 +55,4 @@ def build_tiny(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
-    return finish_model(model, dtype, activation_checkpointing, lora, packing), tokenizer
+    return finish_model(model, dtype, activation_checkpointing, lora, packing, compile), tokenizer

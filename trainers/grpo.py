@@ -15,6 +15,7 @@ from generators.base import finished, stop_ids
 from losses.advantages import turn_advantages, turn_returns
 from losses.common import aggregate
 from losses.overlong import overlong_penalty, truncated
+from trainers import shared_prefix
 from trainers.rollout import RolloutModule
 
 TURN_CREDITS = ("outcome", "per_turn")
@@ -28,7 +29,7 @@ class GRPOModule(RolloutModule):
                  overlong_cache: int | None, overlong_max_len: int, overlong_filter: bool,
                  turn_credit: str = "outcome", turn_gamma: float = 1.0, refill: str = "full",
                  carry_surplus: bool = False, screen: dict | None = None, pass_threshold: float = 0.5,
-                 stored_success: dict | None = None, **kwargs):
+                 stored_success: dict | None = None, shared_prefix: bool = False, **kwargs):
         super().__init__(**kwargs)
         if refill not in REFILLS:
             raise ValueError(f"algorithm.refill={refill!r}: choose one of {', '.join(REFILLS)}")
@@ -46,6 +47,7 @@ class GRPOModule(RolloutModule):
         self.dynamic_sampling, self.max_gen_batches = dynamic_sampling, max_gen_batches  # read by RegenerateExperience
         self.overlong_cache, self.overlong_max_len = overlong_cache, overlong_max_len
         self.overlong_filter = overlong_filter
+        self.shared_prefix = shared_prefix  # each distinct prompt of a micro-batch computed once (trainers/shared_prefix.py)
 
     def annotate(self, records: list[ExperienceRecord]) -> list[ExperienceRecord]:
         """Advantages from rewards (+ the overlong penalty when on) and group ids (`algorithm.advantage`:
@@ -103,6 +105,15 @@ class GRPOModule(RolloutModule):
         penalty = overlong_penalty(lengths, self.overlong_max_len, self.overlong_cache)
         return rewards.float() + penalty, stats | {"overlong_penalty_mean": float(penalty.mean()),
                                                    "overlong_penalized_frac": float((penalty < 0).float().mean())}
+
+    def sequence_logprobs(self, model, batch: ExperienceBatch) -> torch.Tensor:
+        """With `shared_prefix`: each distinct prompt computed once (the policy's and the reference's forwards);
+        else, or when nothing is shared, the padded path."""
+        if self.shared_prefix:
+            logp = shared_prefix.sequence_logprobs(model, batch, self.temperature, self.top_k, self.top_p)
+            if logp is not None:
+                return logp
+        return super().sequence_logprobs(model, batch)
 
     def micro_loss(self, batch: ExperienceBatch):
         logp = self.sequence_logprobs(self.policy, batch)

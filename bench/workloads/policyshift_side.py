@@ -49,18 +49,31 @@ def algorithm_overrides(w: Workload, data_dir: Path) -> list[str]:
     raise ValueError(w.algorithm)
 
 
-def overrides(w: Workload, model_dir: Path, run_dir: Path, timer_json: Path) -> list[str]:
-    """(model_dir is <cache>/models/<name>: the prepared data sits in <cache>/data.)"""
+def task_overrides(w: Workload, data_dir: Path | None) -> list[str]:
+    """A long-prompt workload reads the prepared prompts (system prompt + sum) as a JSONL task; the rest run
+    the arithmetic task policyshift builds itself (the same prompts prepare.py wrote)."""
+    if not w.prompt_prefix:
+        return []
+    if data_dir is None:
+        raise ValueError(f"{w.name}: its prompts are a prepared file (bench/workloads/prepare.py): pass data_dir")
+    return ["task=jsonl", f"task.train_path={data_dir / f'prompts_prefix{w.prompt_prefix}.jsonl'}",
+            "task.num_heldout=50"]
+
+
+def overrides(w: Workload, model_dir: Path, run_dir: Path, timer_json: Path, data_dir: Path | None = None) -> list[str]:
+    """(model_dir is <cache>/models/<name>: the prepared data sits in <cache>/data, unless data_dir says.)"""
+    data = data_dir if data_dir is not None else model_dir.parents[1] / "data"
     return [
         "experiment=single", f"seed={SEED}", f"trainer.max_steps={w.steps}", "logger=csv",
         "callbacks.evaluate=null", "callbacks.preference_eval=null", "callbacks.checkpoint=null",
         "callbacks.plots=null", "trainer.enable_checkpointing=false",
-        *algorithm_overrides(w, model_dir.parents[1] / "data"), *model_overrides(w, model_dir),
+        *algorithm_overrides(w, data), *model_overrides(w, model_dir), *task_overrides(w, data),
         "+callbacks.bench_timer._target_=bench.workloads.ps_timer.StepTimer",
         f"+callbacks.bench_timer.out={timer_json}",
         f"hydra.run.dir={run_dir}",
     ]
 
 
-def command(python: str, w: Workload, model_dir: Path, run_dir: Path, timer_json: Path) -> list[str]:
-    return [python, str(ROOT / "train.py"), *overrides(w, model_dir, run_dir, timer_json)]
+def command(python: str, w: Workload, model_dir: Path, run_dir: Path, timer_json: Path,
+            data_dir: Path | None = None) -> list[str]:
+    return [python, str(ROOT / "train.py"), *overrides(w, model_dir, run_dir, timer_json, data_dir)]

@@ -9,6 +9,7 @@
   <cache>/data/prompts_mixed.jsonl  the same prompts, each behind a filler of spaced digits so that the
                                     whole prompt is 16-256 characters (= tokens: the character tokenizer),
                                     uniform and seeded (spec.MIXED_LENGTHS)
+  <cache>/data/prompts_prefix<N>.jsonl   the same prompts after an N-character system prompt (spec.system_prompt)
   <cache>/data/pairs_<N>.jsonl      {"prompt", "chosen", "rejected"}: the first N synthetic pairs
                                     policyshift makes itself (data_modules.synthetic_preferences.
                                     arithmetic_pairs, num_pairs=N, seed 1), in its order
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.workloads.spec import MIXED_LENGTHS, MODELS, SEED, Workload  # noqa: E402
+from bench.workloads.spec import MIXED_LENGTHS, MODELS, SEED, Workload, system_prompt  # noqa: E402
 
 TASK = {"digits": 2, "num_heldout": 500, "seed": 0}  # conf/task/arithmetic.yaml
 
@@ -103,6 +104,10 @@ def write_data(cache: Path, workloads: list[Workload]) -> Path:
         _write_jsonl(out / "prompts.jsonl", [{"prompt": ex.prompt, "answer": ex.answer} for ex in task.train])
     if not (out / "prompts_mixed.jsonl").is_file():
         _write_jsonl(out / "prompts_mixed.jsonl", mixed_prompts(task.train))
+    for chars in sorted({w.prompt_prefix for w in workloads if w.prompt_prefix}):
+        path = out / f"prompts_prefix{chars}.jsonl"
+        if not path.is_file():
+            _write_jsonl(path, [{"prompt": system_prompt(chars) + ex.prompt, "answer": ex.answer} for ex in task.train])
     tokenizer = build_char_tokenizer()
     for n in sorted({w.steps * w.batch for w in workloads if w.algorithm == "dpo"}):
         path = out / f"pairs_{n}.jsonl"

@@ -90,7 +90,8 @@ def main() -> None:
     paths = prepare(a.cache, [w])
     out = a.keep or Path(tempfile.mkdtemp(prefix="policyshift-profile-"))
     out.mkdir(parents=True, exist_ok=True)
-    cmd = policyshift_side.command(sys.executable, w, paths[f"model_{w.model}"], out / "run", out / "timer.json")
+    cmd = policyshift_side.command(sys.executable, w, paths[f"model_{w.model}"], out / "run", out / "timer.json",
+                                  paths["data"])
     raw = out / "stacks.txt"
     with open(out / "train.log", "w") as log:
         subprocess.run([a.py_spy, "record", "--rate", str(a.rate), "--format", "raw", "--output", str(raw),

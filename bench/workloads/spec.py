@@ -23,7 +23,8 @@ TRL_LOGGING_STEPS = 1  # = policyshift's trainer.log_every_n_steps default: both
 MODELS = {
     "tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 256,
              "max_position_embeddings": 64, "vocab_size": None, "seed": SEED},
-    # the tiny model with room for the mixed-length prompts (16-256 tokens + the completion)
+    # the tiny model with room for long prompts (grpo_mixed_lengths: 16-256 tokens; grpo_long_prompt: a
+    # 256-token system prompt) and the completion: the same weights' shapes, a longer rope table
     "tiny_long": {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 256,
                   "max_position_embeddings": 512, "vocab_size": None, "seed": SEED},
     "big": {"hidden_size": 512, "num_layers": 8, "num_heads": 8, "intermediate_size": 1536,
@@ -56,6 +57,7 @@ class Workload:
     precompute: bool = False  # dpo: reference log-probs computed once before training, no reference copy
     prompts: str = "prompts.jsonl"  # grpo: the prompt file (bench/workloads/prepare.py); "prompts_mixed.jsonl":
                                     # each arithmetic prompt behind a filler, MIXED_LENGTHS tokens in all
+    prompt_prefix: int = 0  # grpo: characters of a fixed system prompt (SYSTEM_PROMPT) before every task prompt
 
     @property
     def steps(self) -> int:
@@ -98,6 +100,22 @@ MIXED = [Workload("grpo_mixed_lengths", algorithm="grpo", model="tiny_long", bat
 # step 0 (which also holds the allocator's and caches' first use) is dropped and 3 are measured.
 WORKLOADS = {w.name: w for w in _family("tiny", warmup=3, measure=20, grpo_tokens=8)
              + _family("big", warmup=0, measure=3, grpo_tokens=64) + MIXED}
+
+SYSTEM_PROMPT = ("You are a careful calculator. Read the sum after this note, add the two numbers digit by digit "
+                 "from the right, carry when a column reaches ten, and answer with the digits of the total only, "
+                 "then stop. Do not explain, do not repeat the question, do not add spaces or signs. ")
+
+
+def system_prompt(chars: int) -> str:
+    """The synthetic system prompt of a long-prompt workload: SYSTEM_PROMPT repeated to exactly `chars`
+    characters (one token each under the character tokenizer)."""
+    return (SYSTEM_PROMPT * (chars // len(SYSTEM_PROMPT) + 1))[:chars]
+
+
+# GRPO where the prompt dominates (issue 35): a 256-token system prompt before each 6-token sum, G = 8, 8 new
+# tokens, β = 0.04 (a reference forward too); policyshift computes each group's prompt once (algorithm.shared_prefix).
+WORKLOADS["grpo_long_prompt"] = Workload("grpo_long_prompt", algorithm="grpo", model="tiny_long", batch=16, group=8,
+                                         max_new_tokens=8, beta=0.04, warmup=3, measure=10, prompt_prefix=256)
 
 # The workloads that have a bare-PyTorch floor (bench/bare_loop.py): the compute-bound ones.
 BARE = [name for name, w in WORKLOADS.items() if w.model == "big"]

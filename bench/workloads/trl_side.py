@@ -94,7 +94,7 @@ def build_grpo(w: Workload, model_dir: Path, data_dir: Path, out_dir: str, token
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    rows = read_jsonl(data_dir / w.prompts)
+    rows = read_jsonl(data_dir / (f"prompts_prefix{w.prompt_prefix}.jsonl" if w.prompt_prefix else w.prompts))
     config = GRPOConfig(
         **common_args(w, out_dir),
         num_generations=w.group,                 # per_device_train_batch_size counts completions: 16 × 8

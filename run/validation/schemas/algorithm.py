@@ -105,6 +105,7 @@ class Algorithm(OpenNode):
     overlong_filter: Bool = None
     turn_credit: choice("outcome", "per_turn") = None
     turn_gamma: must(Annotated[float, Field(ge=0, le=1)], "in [0, 1]") = None
+    shared_prefix: Bool = None
     loss_max_len: PositiveInt = None
     critic: choice("shared", "separate") = None
     threshold: must(float, "a number (the minimum reward a kept sample reaches)") = None

@@ -40,6 +40,7 @@ class Tiny(Node):
     dtype: Dtype = None
     activation_checkpointing: Bool = None
     packing: Bool = None
+    compile: Bool = None
     lora: Lora = None
 
 
@@ -50,6 +51,7 @@ class HF(Node):
     trust_remote_code: Bool = None
     activation_checkpointing: Bool = None
     packing: Bool = None
+    compile: Bool = None
     lora: Lora = None
     adapter: choice(*ADAPTER_MODES, why="how a LoRA run's policy/ given as model.name_or_path is loaded") = None
 
