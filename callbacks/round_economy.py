@@ -22,7 +22,7 @@ from typing import Callable
 from callbacks.dynamic_sampling import GenBatch, annotate_by_rank, fill_round, merged
 from data_modules.experience import ExperienceRecord
 from data_modules.screening import ScreenSettings, to_expand
-from data_modules.stored_success import positive_only
+from data_modules.stored_success import STORED, positive_only
 from generators.base import GenerationOutput
 from hardware import distributed
 from rewards.base import ScoreReport
@@ -122,6 +122,9 @@ def economy_round(module, dm, planned: list, sample: Sampler) -> tuple[tuple, di
     else:
         batches = [scored(planned)]
         chosen, metrics = batches[0].records, {}
+    # every group this round generated, the dropped ones too, as the data module's evidence (data=adaptive:
+    # GRESO's runs of tied visits); a reused stored success is no visit
+    getattr(dm, "generated", lambda records: None)([r for b in batches for r in b.records if r.served_as != STORED])
     if eco.stored_success:
         counts["rollout/stored_success_bank"] = float(len(dm.successes))
     records = annotate_by_rank(lambda rs: positive_only(module.annotate(rs)), chosen)

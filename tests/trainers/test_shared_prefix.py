@@ -131,8 +131,7 @@ def test_grpo_step_with_shared_prefix_equals_the_padded_step(hydra_conf, episode
 
 
 def test_train_py_runs_grpo_with_shared_prefix(tmp_path):
-    """End to end: `python train.py algorithm=grpo` trains with its default algorithm.shared_prefix=true (two
-    steps, β > 0)."""
+    """End to end: `python train.py algorithm=grpo algorithm.shared_prefix=true` trains (two steps, β > 0)."""
     import csv
 
     from tests.test_train_e2e import SMALL, train
@@ -140,7 +139,8 @@ def test_train_py_runs_grpo_with_shared_prefix(tmp_path):
     out = tmp_path / "run"
     proc = train(*SMALL, "experiment=single", "algorithm=grpo", "data=fresh_rollouts",
                  "trainer.max_steps=2", "logger=csv", "callbacks.evaluate=null", "callbacks.checkpoint=null",
-                 "callbacks.plots=null", "trainer.enable_checkpointing=false", f"hydra.run.dir={out}")
+                 "callbacks.plots=null", "trainer.enable_checkpointing=false", "algorithm.shared_prefix=true",
+                 f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "shared_prefix: true" in (out / "config.yaml").read_text()
     rows = [r for f in out.rglob("metrics.csv") for r in csv.DictReader(f.open()) if r.get("train/loss")]
