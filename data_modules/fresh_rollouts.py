@@ -88,7 +88,8 @@ class FreshRolloutsDataModule(ExperienceDataModule):
     def epoch_records(self) -> list[ExperienceRecord]:
         latest = self.buffer.latest()
         for r in latest:
-            if r.served_as != STORED:  # a reused stored success keeps its own label
+            if getattr(r, "served_as", None) != STORED:  # a reused stored success keeps its own label (a
+                # preference pair of online DPO/SPIN has none before this)
                 r.served_as = "fresh"
         return latest
 

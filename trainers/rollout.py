@@ -161,7 +161,7 @@ class RolloutModule(PolicyModule):
         mask = batch.completion_mask
         proximal = {"prox_logprobs": batch.prox_logprobs} if needs_proximal(self.correction) else {}
         per_token, metrics = self.correction(logp, batch.behaviour_logprobs, advantages, mask, **proximal)
-        per_token = self.stored_success_loss(batch, logp, advantages, per_token)
+        per_token = stored_success_loss(batch, logp, advantages, per_token, getattr(self, "stored_success_cap", 1.0))
         self._step_advs.append((advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages).detach()
                                .expand_as(logp))
         if self.use_reference:
@@ -174,18 +174,6 @@ class RolloutModule(PolicyModule):
             metrics["kl"] = masked_mean(kl.detach(), mask)
         metrics["entropy"] = -masked_mean(logp.detach(), mask)
         return per_token, metrics
-
-    def stored_success_loss(self, batch: ExperienceBatch, logp: torch.Tensor, advantages: torch.Tensor,
-                            per_token: torch.Tensor) -> torch.Tensor:
-        """Rows served as a stored success (data_modules/stored_success.py) take truncated importance sampling,
-        −sg(min(π/μ, C))·A·log π with C = algorithm.stored_success.cap (losses/correction.py), whatever the
-        stage's correction: the sample is many versions old, and its advantage was clipped to ≥ 0."""
-        rows = [r.served_as == STORED for r in batch.records]
-        if not any(rows):
-            return per_token
-        reused, _ = truncated_is(logp, batch.behaviour_logprobs, advantages, batch.completion_mask,
-                                 self.stored_success_cap)
-        return torch.where(torch.tensor(rows, device=logp.device)[:, None], reused, per_token)
 
     def log_step(self, batch: ExperienceBatch, loss: torch.Tensor, metrics: dict) -> dict[str, float]:
         """train/* metrics of this optimizer step plus off-policy diagnostics, overall and per slice,
@@ -254,3 +242,16 @@ def _stitched(parts: list[torch.Tensor], batch: ExperienceBatch) -> torch.Tensor
         full[row: row + part.shape[0], : part.shape[1]] = part
         row += part.shape[0]
     return full
+
+
+def stored_success_loss(batch: ExperienceBatch, logp: torch.Tensor, advantages: torch.Tensor,
+                        per_token: torch.Tensor, cap: float) -> torch.Tensor:
+    """Rows served as a stored success (data_modules/stored_success.py) take truncated importance sampling,
+    −sg(min(π/μ, C))·A·log π with C = `cap`, algorithm.stored_success.cap (losses/correction.py), whatever the
+    stage's correction: the sample is many versions old, and its advantage was clipped to ≥ 0."""
+    rows = [label == STORED for label in getattr(batch, "served_as", ())]  # (a hand-made batch may have none)
+    if not any(rows):
+        return per_token
+    reused, _ = truncated_is(logp, batch.behaviour_logprobs, advantages, batch.completion_mask, cap)
+    return torch.where(torch.tensor(rows, device=logp.device)[:, None], reused, per_token)
+

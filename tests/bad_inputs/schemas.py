@@ -80,7 +80,7 @@ CASES: list[Case] = [
       ('stages=[{name: a, overrides: ["algorithm=sft", "data=demonstrations", "+model.hidden_sise=16"]}]',),
       "error: stage a: model.hidden_sise: models.tiny.build_tiny has no key `hidden_sise` (its keys: hidden_size, "
       "num_layers, num_heads, intermediate_size, max_position_embeddings, seed, dtype, activation_checkpointing, "
-      "packing, lora); did you mean `model.hidden_size`?"),
+      "packing, compile, lora); did you mean `model.hidden_size`?"),
     C("stage-key-typo", "a misspelled key in a stage of `stages`", ('stages=[{name: a, overides: ["algorithm=sft"]}]',),
       "error: stages[0].overides: stages[0] has no key `overides` (its keys: name, overrides); did you mean "
       "`stages[0].overrides`?"),

@@ -29,5 +29,5 @@ def test_a_grpo_store_after_sft_names_model_weights_run_and_reuse(tmp_path):
     assert {r.provenance.run_id for r in records} == {run_id} and len(run_id) == 8
     assert {r.provenance.model for r in records} == {
         "models.tiny.build_tiny(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, "
-        "max_position_embeddings=64, seed=1, dtype=float32, activation_checkpointing=False)"}
+        "max_position_embeddings=64, seed=1, dtype=float32, activation_checkpointing=False, packing=False, compile=False)"}
     assert {r.provenance.model_revision for r in records} == {None}  # built in code: its settings name it

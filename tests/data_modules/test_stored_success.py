@@ -101,7 +101,7 @@ def test_data_adaptive_does_not_count_a_stored_success_as_new_evidence():
     from data_modules.adaptive import AdaptiveDataModule
     seen = []
     fake = SimpleNamespace(group_prompt={10: 0}, rounds_put=0,
-                           policy=SimpleNamespace(observe=lambda idx, rewards, round_: seen.append((idx, rewards))))
+                           policy=SimpleNamespace(observe=lambda idx, rewards, round_, *_: seen.append((idx, rewards))))
     reused = sample(10, "a", 1.0)
     reused.served_as = STORED
     AdaptiveDataModule._observe(fake, [sample(10, "a", 0.0) for _ in range(3)] + [reused], 0)

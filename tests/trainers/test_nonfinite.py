@@ -60,7 +60,7 @@ def test_kl_to_the_reference_ignores_extreme_logprobs_off_the_completion_mask():
     logp = torch.tensor([[-0.5, -1.0, -157.0]], requires_grad=True)
     batch = SimpleNamespace(completion_mask=mask, behaviour_logprobs=torch.tensor([[-0.5, -1.0, 0.0]]),
                             ref_logprobs=torch.tensor([[-0.7, -1.0, 0.0]]))
-    module = SimpleNamespace(correction=no_correction, use_reference=True, kl_fn=k3, beta=0.1)
+    module = SimpleNamespace(correction=no_correction, use_reference=True, kl_fn=k3, beta=0.1, _step_advs=[])
     per_token, metrics = RolloutModule.policy_loss(module, batch, logp, torch.tensor([1.0]))
     loss = (per_token * mask).sum()
     loss.backward()

@@ -103,7 +103,8 @@ def test_grpo_step_with_shared_prefix_equals_the_padded_step(hydra_conf, episode
     records cut the groups) gives the same loss and gradients with and without algorithm.shared_prefix."""
     padded, tok = module_for(hydra_conf, ["algorithm=grpo", "algorithm.loss_agg_mode=token_mean",
                                           "algorithm.shared_prefix=false"])
-    shared, _ = module_for(hydra_conf, ["algorithm=grpo", "algorithm.loss_agg_mode=token_mean"])  # the default
+    shared, _ = module_for(hydra_conf, ["algorithm=grpo", "algorithm.loss_agg_mode=token_mean",
+                                        "algorithm.shared_prefix=true"])
     assert shared.shared_prefix and not padded.shared_prefix
     shared.load_state_dict(padded.state_dict())
     records, twins = group_records(episodes=episodes), group_records(episodes=episodes)
