@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scripts.figures import curves
-from scripts.figures.curves import Fit, at_tokens, fit_saturating, paired_bootstrap
+from scripts.figures.curves import Fit, at_tokens, fit_saturating, paired_bootstrap  # noqa: F401 (tests fit through it)
 from scripts.figures.provenance import ROOT
-from scripts.figures.registry import Figure, Job, Rendered, jobs, register
+from scripts.figures.registry import Figure, Job, Rendered, register
 from scripts.figures.training import QUIET, table, train
 
 NAME, SYNC = "async", "sync"
@@ -131,20 +131,7 @@ def seed_of(job: Job) -> int:
 
 def read(out: Path) -> tuple[dict[int, float], dict[str, dict[int, Run]]]:
     """Each seed's SFT accuracy (a0) and each config's runs by seed, fitted from that a0."""
-    sft = {j.seed: list(j.stages.values())[-1].get("val/accuracy_after") for j in jobs(out / "sft")}
-    found: dict[str, dict[int, Run]] = {}
-    for label in CONFIGS:
-        for job in jobs(out / slug(label)):
-            run, seed = read_run(job), seed_of(job)
-            a0 = sft.get(seed)
-            if a0 is None and run.accuracy:
-                a0 = sft[seed] = run.accuracy[0]  # no SFT summary: the run's own step-0 evaluation
-            try:
-                run.fit = fit_saturating(run.tokens, run.accuracy, a0) if a0 is not None else None
-            except ValueError:
-                run.fit = None
-            found.setdefault(label, {})[seed] = run
-    return sft, found
+    return curves.fitted_runs(out, CONFIGS, slug, read_run, seed_of)
 
 
 # ------------------------------------------------------------------------------- the numbers

@@ -139,3 +139,24 @@ def paired_bootstrap(ratios: list[float], n: int = 10_000, seed: int = 0) -> Int
     medians = np.median(x[rng.integers(0, len(x), size=(n, len(x)))], axis=1)
     return Interval(float(np.median(x)), float(np.percentile(medians, 2.5, method="lower")),
                     float(np.percentile(medians, 97.5, method="higher")))
+
+
+def fitted_runs(out, labels, slug, read_run, seed_of) -> tuple[dict[int, float], dict[str, dict]]:
+    """A figure's job dirs read and fitted: each seed's SFT accuracy a0 (out/sft; else the run's own step-0
+    evaluation) and, per label, each run by seed (out/<slug(label)>) with `.fit` its saturating curve from a0
+    (None where no a0 or the fit fails). `read_run(job)` builds a run with .tokens, .accuracy and .fit."""
+    from scripts.figures.registry import jobs  # lazy: registry is the figures' shared reader, not a curve tool
+    sft = {j.seed: list(j.stages.values())[-1].get("val/accuracy_after") for j in jobs(out / "sft")}
+    found: dict[str, dict] = {}
+    for label in labels:
+        for job in jobs(out / slug(label)):
+            run, seed = read_run(job), seed_of(job)
+            a0 = sft.get(seed)
+            if a0 is None and run.accuracy:
+                a0 = sft[seed] = run.accuracy[0]  # no SFT summary: the run's own step-0 evaluation
+            try:
+                run.fit = fit_saturating(run.tokens, run.accuracy, a0) if a0 is not None else None
+            except ValueError:
+                run.fit = None
+            found.setdefault(label, {})[seed] = run
+    return sft, found

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.figures import curves
-from scripts.figures.curves import FRACTIONS, SHARES, Fit, Interval, at_tokens, fit_saturating, paired_bootstrap
+from scripts.figures.curves import FRACTIONS, SHARES, Fit, Interval, at_tokens, paired_bootstrap
 from scripts.figures.provenance import ROOT
-from scripts.figures.registry import Figure, Job, Rendered, jobs, register
+from scripts.figures.registry import Figure, Job, Rendered, register
 from scripts.figures.training import QUIET, table, train
 
 NAME, BASELINE, AA, DAPO = "economics_v2", "on-policy", "A/A", "DAPO"
@@ -138,20 +138,7 @@ def read_run(job: Job) -> Run:
 
 def read(out: Path, configs: list[str]) -> tuple[dict[int, float], dict[str, dict[int, Run]]]:
     """Each seed's SFT accuracy (a0) and each config's runs by SFT seed, fitted from that a0."""
-    sft = {j.seed: list(j.stages.values())[-1].get("val/accuracy_after") for j in jobs(out / "sft")}
-    found: dict[str, dict[int, Run]] = {}
-    for label in configs:
-        for job in jobs(out / slug(label)):
-            run, seed = read_run(job), pair_seed(job)
-            a0 = sft.get(seed)
-            if a0 is None and run.accuracy:
-                a0 = sft[seed] = run.accuracy[0]  # no SFT summary: the run's own step-0 evaluation
-            try:
-                run.fit = fit_saturating(run.tokens, run.accuracy, a0) if a0 is not None else None
-            except ValueError:
-                run.fit = None
-            found.setdefault(label, {})[seed] = run
-    return sft, found
+    return curves.fitted_runs(out, configs, slug, read_run, pair_seed)
 
 
 # ------------------------------------------------------------------------------- the numbers
