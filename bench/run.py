@@ -68,6 +68,7 @@ class Context:
     timeout: float
     limits: Limits
     vllm: bool = False
+    levers: bool = False  # --levers: a third side, policyshift with issue 35's speed settings on
     notes: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)
 
@@ -91,9 +92,9 @@ def command(side: str, w: Workload | None, name: str, ctx: Context, out: Path, r
                 "--model-dir", str(ctx.paths[f"model_{model}"]), "--data-dir", str(ctx.paths["data"]),
                 "--out", str(out), *q]
     model_dir = ctx.paths[f"model_{w.model}"]
-    if side == "policyshift":
+    if side in ("policyshift", "levers"):
         from bench.workloads.policyshift_side import command as ps_command
-        return ps_command(ctx.pythons["main"], w, model_dir, run_dir, out, ctx.paths["data"])
+        return ps_command(ctx.pythons["main"], w, model_dir, run_dir, out, ctx.paths["data"], side == "levers")
     script = {"trl": "bench/workloads/trl_side.py", "bare": "bench/bare_loop.py"}[side]
     py = ctx.pythons["trl"] if side == "trl" else ctx.pythons["main"]
     return [py, str(ROOT / script), "--workload", w.name, "--model-dir", str(model_dir),
@@ -111,7 +112,7 @@ def vllm_unsupported(model: str) -> str | None:
 def sides_of(name: str, ctx: Context) -> list[str]:
     if name in GENERATION:
         return ["seam", "generate"] + (["vllm"] if ctx.vllm and not vllm_unsupported(GENERATION[name]) else [])
-    return ["policyshift", "trl"] + (["bare"] if name in BARE else [])
+    return ["policyshift"] + (["levers"] if ctx.levers else []) + ["trl"] + (["bare"] if name in BARE else [])
 
 
 def one_run(side: str, name: str, ctx: Context, tag: str) -> dict:
@@ -283,6 +284,8 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=None, help="pairs per workload (default 5; --quick: 1)")
     p.add_argument("--workloads", help=f"comma-separated names or globs of: {', '.join(ALL)}")
     p.add_argument("--quick", action="store_true", help="plumbing only: 1 pair, few steps, small shapes")
+    p.add_argument("--levers", action="store_true", help="a third side: policyshift with model.packing and "
+                   "algorithm.shared_prefix (GRPO) on (bench/workloads/policyshift_side.py LEVERS)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="OMP_NUM_THREADS of every run")
     p.add_argument("--retries", type=int, default=3, help="reruns of a rejected pair (--quick: none)")
     p.add_argument("--max-load", type=float, help="largest load1 before a run (default: threads + 0.5)")
@@ -316,7 +319,7 @@ def main() -> None:
     paths = prepare(args.cache, workloads)
     with tempfile.TemporaryDirectory(prefix="policyshift-bench-runs-") as scratch:
         ctx = Context(paths=paths, env=env, quick=args.quick, scratch=Path(scratch), timeout=args.timeout,
-                      limits=limits, vllm=Path(args.vllm_python).exists(),
+                      limits=limits, vllm=Path(args.vllm_python).exists(), levers=args.levers,
                       pythons={"main": sys.executable, "trl": args.trl_python, "vllm": args.vllm_python})
         print(f"{len(names)} workloads × {pairs} pair(s), {args.threads} thread(s) a run; "
               f"vllm {'at ' + args.vllm_python if ctx.vllm else 'not installed: skipped'}", flush=True)

@@ -19,18 +19,24 @@ def kept_cell(s: dict) -> str:
 
 
 def speed_table(summary: dict) -> str:
-    head = ("| workload | policyshift s/step | TRL s/step | speed-up (TRL ÷ policyshift) | policyshift /s "
-            "| TRL /s | unit | policyshift peak RSS | TRL peak RSS | bare s/step | policyshift over bare "
-            "| pairs kept / rejected |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    """policyshift (defaults) against TRL; with a `levers` side (bench/run.py --levers) its three columns too."""
+    levers = any("levers" in s for n, s in summary.items() if n not in GENERATION)
+    head = ("| workload | policyshift s/step | TRL s/step | speed-up (TRL ÷ policyshift) "
+            + ("| levers s/step | speed-up (TRL ÷ levers) | levers peak RSS " if levers else "")
+            + "| policyshift /s | TRL /s | unit | policyshift peak RSS | TRL peak RSS | bare s/step "
+            "| policyshift over bare | pairs kept / rejected |")
+    lines = [head, "|---|---:|---:|---:|" + ("---:|---:|---:|" if levers else "") + "---:|---:|---|---:|---:|---:|---:|---:|"]
     for name, s in summary.items():
         if name in GENERATION:
             continue
         w, ps, trl, bare = WORKLOADS[name], s["policyshift"], s["trl"], s.get("bare")
         over = ratio(ps["s_per_step"], bare["s_per_step"]) if bare else None
+        lv = s.get("levers") or {"s_per_step": None, "peak_rss_mb": None}
+        lever_cells = (f"| {fmt(lv['s_per_step'])} | {fmt(ratio(trl['s_per_step'], lv['s_per_step']), '{:.2f}×')} "
+                       f"| {fmt(lv['peak_rss_mb'], '{:,.0f} MB')} " if levers else "")
         lines.append(
             f"| {name} | {fmt(ps['s_per_step'])} | {fmt(trl['s_per_step'])} "
-            f"| {fmt(ratio(trl['s_per_step'], ps['s_per_step']), '{:.2f}×')} "
+            f"| {fmt(ratio(trl['s_per_step'], ps['s_per_step']), '{:.2f}×')} {lever_cells}"
             f"| {fmt(ps['throughput'], '{:,.0f}')} | {fmt(trl['throughput'], '{:,.0f}')} | {w.unit} "
             f"| {fmt(ps['peak_rss_mb'], '{:,.0f} MB')} | {fmt(trl['peak_rss_mb'], '{:,.0f} MB')} "
             f"| {fmt(bare['s_per_step']) if bare else '–'} | {fmt(over and (over - 1) * 100, '{:+.1f} %')} "
@@ -44,7 +50,7 @@ def grpo_parts_table(summary: dict) -> str:
     for name, s in summary.items():
         if name in GENERATION or WORKLOADS[name].algorithm != "grpo":
             continue
-        for side in ("policyshift", "trl", "bare"):
+        for side in ("policyshift", "levers", "trl", "bare"):
             if side in s:
                 r = s[side]
                 lines.append(f"| {name} | {side} | {fmt(r['s_per_step'])} | {fmt(r['generation_s'])} "
@@ -98,21 +104,28 @@ def runs_table(all_pairs: dict) -> str:
 
 
 def readme_table(summary: dict) -> str:
-    """The README's summary of a run: s/step side by side, TRL ÷ policyshift, the bare floor where it ran,
-    peak RSS; generation alone as tok/s (policyshift's seam against `model.generate`, and vLLM)."""
-    lines = ["| workload | policyshift s/step | TRL s/step | TRL ÷ policyshift | bare loop s/step "
-             "| policyshift vs bare | peak RSS policyshift / TRL / bare |", "|---|---:|---:|---:|---:|---:|---:|"]
+    """The README's summary of a run: s/step side by side, TRL ÷ policyshift (and TRL ÷ policyshift with the
+    speed levers on, where bench/run.py --levers ran that side), the bare floor where it ran, peak RSS;
+    generation alone as tok/s (policyshift's seam against `model.generate`, and vLLM)."""
+    levers = any("levers" in s for n, s in summary.items() if n not in GENERATION)
+    lines = ["| workload | policyshift s/step | TRL s/step | TRL ÷ policyshift "
+             + ("| levers on s/step | TRL ÷ levers on " if levers else "")
+             + "| bare loop s/step | policyshift vs bare | peak RSS policyshift / " + ("levers / " if levers else "")
+             + "TRL / bare |", "|---|---:|---:|---:|" + ("---:|---:|" if levers else "") + "---:|---:|---:|"]
     for name, s in summary.items():
         if name in GENERATION:
             seam_tps, gen_tps, seam_vs_gen, v, rss = _generation_cells(s)
             lines.append(f"| {name}: generation alone, tok/s (seam / `model.generate` / vLLM) "
-                         f"| {seam_tps} | {gen_tps} | {seam_vs_gen} | "
+                         f"| {seam_tps} | {gen_tps} | {seam_vs_gen} " + ("| | " if levers else "") + "| "
                          f"| {fmt(v, 'vLLM {:,.0f}') if s.get('vllm') else s.get('vllm_note', 'vLLM not installed')} | {rss} |")
             continue
-        ps, trl, bare = s["policyshift"], s["trl"], s.get("bare")
+        ps, trl, bare, lv = s["policyshift"], s["trl"], s.get("bare"), s.get("levers")
         over = ratio(ps["s_per_step"], bare["s_per_step"]) if bare else None
-        rss = " / ".join(fmt(x and x["peak_rss_mb"], "{:,.0f}") for x in (ps, trl, bare)) + " MB"
+        sides = (ps, lv, trl, bare) if levers else (ps, trl, bare)
+        rss = " / ".join(fmt(x and x["peak_rss_mb"], "{:,.0f}") for x in sides) + " MB"
+        lever_cells = (f"| {fmt(lv and lv['s_per_step'])} "
+                       f"| **{fmt(ratio(trl['s_per_step'], lv and lv['s_per_step']), '{:.2f}×')}** " if levers else "")
         lines.append(f"| {name} | {fmt(ps['s_per_step'])} | {fmt(trl['s_per_step'])} "
-                     f"| **{fmt(ratio(trl['s_per_step'], ps['s_per_step']), '{:.2f}×')}** "
+                     f"| **{fmt(ratio(trl['s_per_step'], ps['s_per_step']), '{:.2f}×')}** {lever_cells}"
                      f"| {fmt(bare and bare['s_per_step'])} | {fmt(over and (over - 1) * 100, '{:+.1f} %')} | {rss} |")
     return "\n".join(lines)

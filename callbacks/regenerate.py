@@ -83,6 +83,7 @@ class RegenerateExperience(L.Callback):
         self.first_error: str | None = None
         self.round_extra: dict[str, float] = {}  # the latest round's dynamic-sampling metrics
         self.dynamic_totals: dict[str, float] = {}  # their sums over the stage (summary.json)
+        self._synced = (0.0, 0.0)  # the engine's weight-sync seconds and bytes at the last round's end
 
     def on_fit_start(self, trainer, pl_module):
         # A run resumed from a round-end checkpoint may already hold the round its next epoch serves
@@ -414,7 +415,8 @@ class RegenerateExperience(L.Callback):
             "cost/generation_seconds": t["generation_seconds"],
             "perf/generated_tokens_per_sec": gen_tokens / max(out.seconds, 1e-9),
         }
-        metrics |= mismatch | self.round_extra | self._tool_round() | (self.ahead.round if self.ahead else {})
+        metrics |= mismatch | self.round_extra | self._tool_round() | self._weight_sync()
+        metrics |= self.ahead.round if self.ahead else {}
         for k, v in self.round_extra.items():  # rollout/gen_batches → rollout/gen_batches_total, ...
             if k not in GAUGES:
                 self.dynamic_totals[f"{k}_total"] = self.dynamic_totals.get(f"{k}_total", 0.0) + v
@@ -423,6 +425,21 @@ class RegenerateExperience(L.Callback):
         self.replay_fracs.append(metrics.get("rollout/replay_frac", 0.0))
         self.last_round = metrics  # read by callbacks/guards.py
         log_now(trainer, metrics)
+
+    def _weight_sync(self) -> dict[str, float]:
+        """An engine with its own copy of the weights (generator=vllm, vllm_server) keeps running totals of
+        the seconds and bytes its weight updates took: this round's share (perf/) and the stage's (cost/).
+        Nothing for an engine that samples the policy itself; the asynchronous engine's are logged by
+        callbacks/async_rounds.py."""
+        seconds, nbytes = getattr(self.generator, "sync_seconds", None), getattr(self.generator, "sync_bytes", None)
+        if seconds is None or nbytes is None:
+            return {}
+        (last_s, last_b), self._synced = self._synced, (seconds, nbytes)
+        t = self.totals  # sums of the rounds' shares: a resumed run's restored totals go on growing
+        t["weight_sync_seconds"] = t.get("weight_sync_seconds", 0.0) + seconds - last_s
+        t["weight_sync_bytes"] = t.get("weight_sync_bytes", 0.0) + float(nbytes - last_b)
+        return {"perf/weight_sync_seconds": seconds - last_s, "perf/weight_sync_bytes": float(nbytes - last_b),
+                "cost/weight_sync_seconds": t["weight_sync_seconds"], "cost/weight_sync_bytes": t["weight_sync_bytes"]}
 
     def _tool_summary(self) -> dict:
         """summary.json's tool statistics of the stage (env set): calls and malformed calls per episode,

@@ -202,7 +202,7 @@ class VLLMGenerator:
             tensor_parallel_size=tensor_parallel_size, dtype=dtype, max_model_len=max_model_len,
             enforce_eager=enforce_eager, seed=seed, max_num_seqs=batch_size, **_plain(engine_kwargs))
         self.llm = None
-        self.startup_seconds = self.sync_seconds = 0.0
+        self.startup_seconds = self.sync_seconds = self.sync_bytes = 0.0  # sync: since the engine started
         self._held, self._synced = False, None  # weights_held(): the model the engine holds the weights of
 
     @property
@@ -286,7 +286,13 @@ class VLLMGenerator:
         self._load(model)
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
-        self.sync_seconds = time.perf_counter() - start
+        self.sync_seconds += time.perf_counter() - start
+
+    def _counted(self, weights: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """`weights` as they are, their bytes added to `sync_bytes` as the engine takes each one."""
+        for name, t in weights:
+            self.sync_bytes += t.numel() * t.element_size()
+            yield name, t
 
     def _build(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         """Start the engine from the policy's config + tokenizer (dummy weights), then load them."""
@@ -327,7 +333,7 @@ class VLLMGenerator:
         # vLLM's own in-place reload: it restores the kernel layouts (on CPU the linear weights are
         # repacked and the originals freed), loads HF-named tensors (qkv/gate_up fused, tied lm_head
         # skipped), and re-runs the post-load processing. A bare `model.load_weights` would not.
-        weights = policy_weights(model)  # lazy: handed to the in-process worker by reference
+        weights = self._counted(policy_weights(model))  # lazy: handed to the in-process worker by reference
         if self.engine_args["tensor_parallel_size"] > 1:  # workers in other processes: pickled (untested)
             weights = list(weights)
         self.llm.collective_rpc("reload_weights", kwargs={

@@ -60,7 +60,16 @@ def task_overrides(w: Workload, data_dir: Path | None) -> list[str]:
             "task.num_heldout=50"]
 
 
-def overrides(w: Workload, model_dir: Path, run_dir: Path, timer_json: Path, data_dir: Path | None = None) -> list[str]:
+# The `levers` side (bench/run.py --levers): the speed settings issue 35 built, off by default, as a user switches
+# them on. Packing in every trainer; a group's prompt computed once where there are groups (GRPO). TRL's own
+# padding-free mode stays off on its side: under SDPA/eager attention it lets packed rows attend to each other
+# (only flash-attention's varlen kernels keep them apart), so on a CPU it would not be the same maths.
+LEVERS = {"grpo": ("model.packing=true", "algorithm.shared_prefix=true"),
+          "dpo": ("model.packing=true",), "sft": ("model.packing=true",)}
+
+
+def overrides(w: Workload, model_dir: Path, run_dir: Path, timer_json: Path, data_dir: Path | None = None,
+              levers: bool = False) -> list[str]:
     """(model_dir is <cache>/models/<name>: the prepared data sits in <cache>/data, unless data_dir says.)"""
     data = data_dir if data_dir is not None else model_dir.parents[1] / "data"
     return [
@@ -68,6 +77,7 @@ def overrides(w: Workload, model_dir: Path, run_dir: Path, timer_json: Path, dat
         "callbacks.evaluate=null", "callbacks.preference_eval=null", "callbacks.checkpoint=null",
         "callbacks.plots=null", "trainer.enable_checkpointing=false",
         *algorithm_overrides(w, data), *model_overrides(w, model_dir), *task_overrides(w, data),
+        *(LEVERS[w.algorithm] if levers else ()),
         "+callbacks.bench_timer._target_=bench.workloads.ps_timer.StepTimer",
         f"+callbacks.bench_timer.out={timer_json}",
         f"hydra.run.dir={run_dir}",
@@ -75,5 +85,5 @@ def overrides(w: Workload, model_dir: Path, run_dir: Path, timer_json: Path, dat
 
 
 def command(python: str, w: Workload, model_dir: Path, run_dir: Path, timer_json: Path,
-            data_dir: Path | None = None) -> list[str]:
-    return [python, str(ROOT / "train.py"), *overrides(w, model_dir, run_dir, timer_json, data_dir)]
+            data_dir: Path | None = None, levers: bool = False) -> list[str]:
+    return [python, str(ROOT / "train.py"), *overrides(w, model_dir, run_dir, timer_json, data_dir, levers)]

@@ -5,7 +5,8 @@ accuracy against wall seconds and against generated tokens, from one SFT policy 
     python -m scripts.figures.async_rounds --seeds 1,2 [--smoke] [--out DIR]
 
 The task: the quickstart's flawed teacher (task=arithmetic_flawed), 1,000 held-out pairs. Per seed one SFT
-policy (1,500 demonstrations, 600 steps), shared by the three GRPO runs, which differ only in
+policy (1,500 demonstrations, 2,000 steps as the quickstart: at 600 its accuracy was still
+moving, and GRPO from it fell 10 points before it climbed), shared by the three GRPO runs, which differ only in
 `callbacks.regenerate.max_staleness` (0: the synchronous loop; 1, 2: an engine in its own process generates the
 next round while this one trains; docs/scaling.md). Same prompts (same seed), same correction
 (`correction=decoupled_ppo`: ppo_clip exactly on fresh data), STEPS optimizer steps each, STEPS_PER_ROUND a
@@ -44,7 +45,7 @@ CONFIGS = {SYNC: 0, "async k=1": 1, "async k=2": 2}  # label → callbacks.regen
 SEEDS = [1, 2, 3]
 THREADS = ["env", "OMP_NUM_THREADS=1"]  # the trainer on one core; the engine on the other (engine_threads=1)
 TASK = ["task=arithmetic_flawed", "task.num_heldout=1000"]
-SFT = ["algorithm=sft", "data=demonstrations", "data.max_examples=1500", "trainer.max_steps=600"]
+SFT = ["algorithm=sft", "data=demonstrations", "data.max_examples=1500", "trainer.max_steps=2000"]
 # 300 steps, 2 a round (256 of the round's 64 × 8 records each): 150 rounds, ≈ 7.5k generated tokens a round,
 # ≈ 37 evaluations. Two steps a round make staleness 1 and 2 differ: k=1 (wait) starts the next round once the
 # round's first step is pushed and overlaps it with the second; k=2 overlaps the whole round.
@@ -300,7 +301,7 @@ def render(out: Path, smoke: bool) -> Rendered:
 
 def figure(seeds: list[int]) -> Figure:
     return Figure(NAME, "Asynchronous rounds (issue 32): wall seconds to the synchronous run's final accuracy",
-                  f"≈ {len(seeds) * 6} min on an idle 2-core machine (estimated, not yet measured): {len(seeds)} SFT "
+                  f"≈ {len(seeds) * 7} min on an idle 2-core machine (seed 1 measured 6.5 min): {len(seeds)} SFT "
                   f"runs of {SFT[-1].split('=')[1]} steps + {3 * len(seeds)} GRPO runs of {STEPS} steps",
                   lambda out, smoke: commands(out, smoke, seeds), render)
 

@@ -114,3 +114,23 @@ def test_trl_side_matches_the_settings_that_change_the_work(tmp_path: Path):
     assert args["max_steps"] == WORKLOADS["tiny_grpo_b0.04"].steps
     assert trl_side.common_args(WORKLOADS["tiny_sft"], str(tmp_path))["lr_scheduler_type"] == "cosine"
     assert trl_side.exact_match([], [" 12\nx", "13", "1"], ["12", "12", "12"]) == [1.0, 0.0, 0.0]
+
+
+def test_the_levers_side_switches_packing_and_the_shared_prefix_on(tmp_path):
+    """--levers: a third side, the policyshift command with issue 35's settings (shared prefix only where there
+    are groups), and its columns in both tables."""
+    from bench.workloads import policyshift_side
+    grpo, dpo = run.WORKLOADS["grpo_long_prompt"], run.WORKLOADS["tiny_dpo_ref"]
+    plain = policyshift_side.overrides(grpo, tmp_path / "models" / "tiny", tmp_path / "r", tmp_path / "t.json")
+    on = policyshift_side.overrides(grpo, tmp_path / "models" / "tiny", tmp_path / "r", tmp_path / "t.json",
+                                    levers=True)
+    assert set(on) - set(plain) == {"model.packing=true", "algorithm.shared_prefix=true"}
+    on_dpo = policyshift_side.overrides(dpo, tmp_path / "models" / "tiny", tmp_path / "r", tmp_path / "t.json",
+                                        levers=True)
+    assert "model.packing=true" in on_dpo and "algorithm.shared_prefix=true" not in on_dpo
+    side = {"s_per_step": 0.2, "throughput": 10.0, "peak_rss_mb": 100.0, "generation_s": None, "runs": 1}
+    summary = {"grpo_long_prompt": {"kept": 1, "rejected": 0, "policyshift": side, "levers": side | {"s_per_step": 0.1},
+                                    "trl": side | {"s_per_step": 0.3}, "tokens": {}}}
+    assert "| 0.2000 | 0.3000 | 1.50× | 0.1000 | 3.00× |" in run.speed_table(summary)
+    from bench.tables import readme_table
+    assert "| **1.50×** | 0.1000 | **3.00×** |" in readme_table(summary)

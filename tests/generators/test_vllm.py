@@ -158,6 +158,7 @@ def test_weights_loaded_syncs_once_for_its_block_and_nested_holds_keep_it(gen, t
     policy, tok = tiny
     prompts = make_prompts(tok, n_distinct=2, repeats=2)
     gen.sample(policy, tok, prompts)  # the engine exists: a load below is a sync
+    bytes_before = gen.sync_bytes
     synced, sync = [], gen.sync_weights
     gen.sync_weights = lambda model: (synced.append(model), sync(model))
     try:
@@ -170,6 +171,9 @@ def test_weights_loaded_syncs_once_for_its_block_and_nested_holds_keep_it(gen, t
             assert len(synced) == 1
         gen.sample(policy, tok, prompts)
         assert len(synced) == 2
+        # the ledger's cost/weight_sync_bytes: each sync hands over every tensor of the state dict once
+        state_bytes = sum(t.numel() * t.element_size() for t in policy.state_dict().values())
+        assert gen.sync_bytes - bytes_before == 2 * state_bytes
     finally:
         gen.sync_weights = sync
 
