@@ -90,14 +90,18 @@ def test_render_writes_table_plot_and_json(measured):
 
 
 def test_commands_share_one_sft_per_seed_and_differ_only_in_staleness(tmp_path):
+    """Per seed one SFT and four GRPO runs from it; sync and async k=1 differ in the staleness bound only,
+    async k=1 and its ppo_clip twin in the correction only."""
     runs = fig.figure([4, 7]).commands(tmp_path, False)
-    assert len(runs) == 2 * 4 and all(r[:3] == ["env", "OMP_NUM_THREADS=1", "python"] for r in runs)
+    assert len(runs) == 2 * 5 and all(r[:3] == ["env", "OMP_NUM_THREADS=1", "python"] for r in runs)
     grpo = [r for r in runs if "algorithm=grpo" in r and r[-1].endswith("seed7")]
-    assert len(grpo) == 3
+    assert len(grpo) == 4
     for r in grpo:
-        assert {f"model.name_or_path={tmp_path}/sft/seed7/policy", "seed=7", "correction=decoupled_ppo",
+        assert {f"model.name_or_path={tmp_path}/sft/seed7/policy", "seed=7",
                 "callbacks.regenerate.engine_threads=1", f"callbacks.evaluate.every_n_tokens={fig.EVERY}"} <= set(r)
+    assert sum("correction=decoupled_ppo" in r for r in grpo) == 3
     differ = set(grpo[0]) ^ set(grpo[1])
     assert differ == {grpo[0][-1], grpo[1][-1], "callbacks.regenerate.max_staleness=0",
                       "callbacks.regenerate.max_staleness=1"}
-    assert "async" in PENDING and len(PENDING["async"].commands(tmp_path, False)) == 3 * 4
+    assert set(grpo[1]) ^ set(grpo[3]) == {grpo[1][-1], grpo[3][-1], "correction=decoupled_ppo", "correction=ppo_clip"}
+    assert "async" in PENDING and len(PENDING["async"].commands(tmp_path, False)) == 3 * 5

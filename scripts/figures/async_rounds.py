@@ -1,15 +1,16 @@
 """The overlap figure (issue 32): synchronous rounds against asynchronous rounds at staleness 1 and 2, held-out
 accuracy against wall seconds and against generated tokens, from one SFT policy per seed.
 
-    python -m scripts.readme_figures --only async                      # 3 seeds × (SFT + 3 GRPO runs)
+    python -m scripts.readme_figures --only async                      # 3 seeds × (SFT + 4 GRPO runs)
     python -m scripts.figures.async_rounds --seeds 1,2 [--smoke] [--out DIR]
 
 The task: the quickstart's flawed teacher (task=arithmetic_flawed), 1,000 held-out pairs. Per seed one SFT
 policy (1,500 demonstrations, 2,000 steps as the quickstart: at 600 its accuracy was still
-moving, and GRPO from it fell 10 points before it climbed), shared by the three GRPO runs, which differ only in
+moving, and GRPO from it fell 10 points before it climbed), shared by the four GRPO runs, which differ only in
 `callbacks.regenerate.max_staleness` (0: the synchronous loop; 1, 2: an engine in its own process generates the
-next round while this one trains; docs/scaling.md). Same prompts (same seed), same correction
-(`correction=decoupled_ppo`: ppo_clip exactly on fresh data), STEPS optimizer steps each, STEPS_PER_ROUND a
+next round while this one trains; docs/scaling.md). Same prompts (same seed), the same correction
+(`correction=decoupled_ppo`: ppo_clip exactly on fresh data) but in the last config (`ppo_clip`: what the
+decoupled correction's π_prox forward costs), STEPS optimizer steps each, STEPS_PER_ROUND a
 round, evaluated every EVERY generated tokens (`callbacks.evaluate.every_n_tokens`: one grid for all). Every
 command runs with OMP_NUM_THREADS=1 (the trainer: one core) and `callbacks.regenerate.engine_threads=1` (the
 engine: the other core of a 2-core machine).
@@ -41,7 +42,12 @@ from scripts.figures.registry import Figure, Job, Rendered, register
 from scripts.figures.training import QUIET, table, train
 
 NAME, SYNC = "async", "sync"
-CONFIGS = {SYNC: 0, "async k=1": 1, "async k=2": 2}  # label → callbacks.regenerate.max_staleness
+CONFIGS = {SYNC: 0, "async k=1": 1, "async k=2": 2, "async k=1 ppo_clip": 1}  # label → max_staleness
+# The correction: decoupled PPO (ppo_clip exactly on fresh data) clips against π_prox, the weights at the round's
+# start, which for a stale round costs one more no-grad forward of every record; ppo_clip against the behaviour
+# policy does not. The last config measures what that forward costs an asynchronous run.
+CORRECTION = {label: "correction=ppo_clip" if label.endswith("ppo_clip") else "correction=decoupled_ppo"
+              for label in CONFIGS}
 SEEDS = [1, 2, 3]
 THREADS = ["env", "OMP_NUM_THREADS=1"]  # the trainer on one core; the engine on the other (engine_threads=1)
 TASK = ["task=arithmetic_flawed", "task.num_heldout=1000"]
@@ -50,7 +56,7 @@ SFT = ["algorithm=sft", "data=demonstrations", "data.max_examples=1500", "traine
 # ≈ 37 evaluations. Two steps a round make staleness 1 and 2 differ: k=1 (wait) starts the next round once the
 # round's first step is pushed and overlaps it with the second; k=2 overlaps the whole round.
 STEPS, STEPS_PER_ROUND, EVERY = 300, 2, 30_000  # optimizer steps a GRPO run; a round's; the evaluation grid
-GRPO = ["algorithm=grpo", "data=fresh_rollouts", "correction=decoupled_ppo", "data.prompts_per_round=64",
+GRPO = ["algorithm=grpo", "data=fresh_rollouts", "data.prompts_per_round=64",
         f"data.batch_size={512 // STEPS_PER_ROUND}", "callbacks.regenerate.engine_threads=1"]
 # --smoke: the plumbing only (a few rounds, a few grid points, 20 held-out pairs)
 SMOKE_TASK = ["task=arithmetic_flawed", "task.num_heldout=20"]
@@ -73,7 +79,7 @@ def commands(out: Path, smoke: bool, seeds: list[int] | None = None) -> list[lis
     for s in (SMOKE_SEEDS if smoke else seeds or SEEDS):  # seed by seed: a stopped measurement keeps its first
         runs.append([*THREADS, *train(*sft, *task, f"seed={s}", *QUIET, *(SMOKE_RUN[2:] if smoke else []),
                                       f"hydra.run.dir={out}/sft/seed{s}")])
-        runs += [[*THREADS, *train(*grpo, *task, "model=hf", "recipe=tiny", f"model.name_or_path={out}/sft/seed{s}/policy",
+        runs += [[*THREADS, *train(*grpo, CORRECTION[label], *task, "model=hf", "recipe=tiny", f"model.name_or_path={out}/sft/seed{s}/policy",
                                    f"callbacks.regenerate.max_staleness={k}", f"seed={s}", *QUIET,
                                    f"hydra.run.dir={out}/{slug(label)}/seed{s}")]
                  for label, k in CONFIGS.items()]
@@ -175,7 +181,7 @@ def numbers(sft: dict[int, float], found: dict[str, dict[int, Run]]) -> dict:
            "sync_final_accuracy_std": statistics.stdev(noise) if len(noise) > 1 else None, "configs": {}}
     for label, runs in found.items():
         last = {s: r.accuracy[-1] for s, r in runs.items() if r.accuracy}
-        entry: dict = {"max_staleness": CONFIGS.get(label),
+        entry: dict = {"max_staleness": CONFIGS.get(label), "correction": CORRECTION.get(label),
                        "final_accuracy": {"mean": mean_of(last.values()), "per_seed": {str(s): a for s, a in sorted(last.items())}},
                        "fitted_final_accuracy": per_seed(runs, lambda r: r.fit.at(r.tokens[-1]) if r.fit else math.nan),
                        "asymptote": per_seed(runs, lambda r: r.fit.asymptote if r.fit else math.nan),
@@ -283,8 +289,9 @@ def render(out: Path, smoke: bool) -> Rendered:
     std = result["sync_final_accuracy_std"]
     notes = (f"Task: the flawed teacher (`task=arithmetic_flawed`), {len(sft)} seed(s), SFT accuracy "
              f"{', '.join(f'{a:.3f}' for _, a in sorted(sft.items()) if a is not None)} (each seed's SFT policy "
-             f"shared by the three configs). Every GRPO run: {SMOKE_STEPS if smoke else STEPS} optimizer steps, "
-             f"{STEPS_PER_ROUND} a round, `correction=decoupled_ppo`, evaluated every "
+             f"shared by every config). Every GRPO run: {SMOKE_STEPS if smoke else STEPS} optimizer steps, "
+             f"{STEPS_PER_ROUND} a round, `correction=decoupled_ppo` (the `ppo_clip` config: `correction=ppo_clip`, "
+             f"no π_prox forward), evaluated every "
              f"{SMOKE_EVERY if smoke else EVERY:,} generated tokens; trainer OMP_NUM_THREADS=1, engine "
              f"`engine_threads=1`. Target: the synchronous run's fitted accuracy at its last evaluation (same seed); "
              f"ratio = the asynchronous run's wall seconds to it (from its fit, through its own tokens→seconds "
@@ -302,7 +309,7 @@ def render(out: Path, smoke: bool) -> Rendered:
 def figure(seeds: list[int]) -> Figure:
     return Figure(NAME, "Asynchronous rounds (issue 32): wall seconds to the synchronous run's final accuracy",
                   f"≈ {len(seeds) * 7} min on an idle 2-core machine (seed 1 measured 6.5 min): {len(seeds)} SFT "
-                  f"runs of {SFT[-1].split('=')[1]} steps + {3 * len(seeds)} GRPO runs of {STEPS} steps",
+                  f"runs of {SFT[-1].split('=')[1]} steps + {len(CONFIGS) * len(seeds)} GRPO runs of {STEPS} steps",
                   lambda out, smoke: commands(out, smoke, seeds), render)
 
 
