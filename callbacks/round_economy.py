@@ -112,6 +112,7 @@ def economy_round(module, dm, planned: list, sample: Sampler) -> tuple[tuple, di
             add({"rollout/stored_success_groups": float(len(copies))})
         return batch
 
+    carried: list[ExperienceRecord] = []
     if eco.dynamic:
         carried = dm.carry.take() if eco.carry else []
         filled = fill_round(planned, dm.fresh_prompts, scored, eco.max_gen_batches, carried, eco.refill, eco.carry,
@@ -123,8 +124,9 @@ def economy_round(module, dm, planned: list, sample: Sampler) -> tuple[tuple, di
         batches = [scored(planned)]
         chosen, metrics = batches[0].records, {}
     # every group this round generated, the dropped ones too, as the data module's evidence (data=adaptive:
-    # GRESO's runs of tied visits); a reused stored success is no visit
-    getattr(dm, "generated", lambda records: None)([r for b in batches for r in b.records if r.served_as != STORED])
+    # GRESO's runs of tied visits); a reused stored success is no visit, nor a carried group (its round counted it)
+    getattr(dm, "generated", lambda records, carried_groups: None)(
+        [r for b in batches for r in b.records if r.served_as != STORED], {r.group_id for r in carried})
     if eco.stored_success:
         counts["rollout/stored_success_bank"] = float(len(dm.successes))
     records = annotate_by_rank(lambda rs: positive_only(module.annotate(rs)), chosen)

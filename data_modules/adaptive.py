@@ -65,6 +65,7 @@ class AdaptiveDataModule(ReplayMixDataModule):
         self.decision_seconds = 0.0   # the controller's own bookkeeping: planning rounds, taking in evidence
         self.decision_ms = 0.0        # the last round's planning
         self._generated: dict[int, list[float]] | None = None  # the round's groups `generated` took, until `put`
+        self._carried: set[int] = set()  # the round's carried groups (algorithm.carry_surplus), taken the round before
 
     # ---- planning a round ----------------------------------------------------------------------------
     def next_prompts(self, n: int | None = None):
@@ -257,12 +258,14 @@ class AdaptiveDataModule(ReplayMixDataModule):
                              staleness=sum(ages) / len(ages))
 
     # ---- taking a round --------------------------------------------------------------------------------
-    def generated(self, records: list[ExperienceRecord]) -> None:
+    def generated(self, records: list[ExperienceRecord], carried_groups=()) -> None:
         """Every scored group the round generated, before any is dropped (dynamic sampling's tied groups and
         surplus, callbacks/regenerate.py): into the prompts' evidence and GRESO's runs of tied visits, so the
-        groups a filter drops count as visits too. `put` then skips the groups already taken here."""
+        groups a filter drops count as visits too. `put` then skips the groups already taken here, and the
+        `carried_groups` (algorithm.carry_surplus): generated, and taken here, the round before."""
         start = time.perf_counter()
         self._generated = self._observe(records, self.rounds_put)
+        self._carried = set(carried_groups)
         self.decision_seconds += time.perf_counter() - start
 
     def put(self, records: list[ExperienceRecord]) -> None:
@@ -271,9 +274,10 @@ class AdaptiveDataModule(ReplayMixDataModule):
         super().put(records)
         start = time.perf_counter()
         seen, self._generated = self._generated or {}, None
-        groups = seen | self._observe([r for r in records if r.group_id not in seen], round_)
+        taken, self._carried = set(seen) | self._carried, set()
+        groups = seen | self._observe([r for r in records if r.group_id not in taken], round_)
         self.decision_seconds += time.perf_counter() - start
-        zero = [max(rs) - min(rs) < 1e-6 for rs in groups.values()]  # of every generated group
+        zero = [max(rs) - min(rs) < 1e-6 for rs in groups.values()]  # of every group generated this round
         self.decision["mix/zero_var_realised"] = sum(zero) / len(zero) if zero else 0.0
 
     def _observe(self, records: list[ExperienceRecord], round_: int | None = None,

@@ -51,11 +51,14 @@ def test_greso_walks_the_stream_and_the_refill_asks_the_same_rule(tmp_path):
     assert dm.decision["mix/prompts_skipped_fail"] == 1.0  # the refill's skip joins the round's counts
 
 
-def test_dynamic_sampling_drops_count_as_visits_and_move_the_controller(tmp_path):
+@pytest.mark.parametrize("carry", [False, True])
+def test_dynamic_sampling_drops_count_as_visits_and_move_the_controller(tmp_path, carry):
     """With algorithm.dynamic_sampling=true only groups with signal are put, yet every generated sample is in the
     prompts' evidence (decay 1: weight = samples generated) and every tied group extends its prompt's run; the
-    exploration probabilities moved from 0.5 by the round's measured tie shares."""
-    stage = stage_cfg(tmp_path, GRESO + ["algorithm.dynamic_sampling=true", "algorithm.max_gen_batches=2"])
+    exploration probabilities moved from 0.5 by the round's measured tie shares. With the surplus carried, a
+    carried group is counted once, in the round that generated it (it was once counted again when put)."""
+    stage = stage_cfg(tmp_path, GRESO + ["algorithm.dynamic_sampling=true", "algorithm.max_gen_batches=2",
+                                         f"algorithm.carry_surplus={str(carry).lower()}"])
     trainer, module, dm, regenerate = build_parts(stage, 8, reward=TiedByPrompt())
     trainer.fit(module, datamodule=dm)
     generated = regenerate.totals["records_generated"]
