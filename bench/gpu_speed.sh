@@ -106,4 +106,19 @@ else
         --json "$OUT/gpu_shared_prefix.json" 2>&1 | tee "$OUT/gpu_shared_prefix.log"
 fi
 # --- end block: shared prefix ------------------------------------------------------------------------
+
+# --- block: packing (issue 35 item 1; bench/packing_pass.py) -----------------------------------------------
+# The training forward+backward and the no-grad forward of log-probs, padded rows vs packed ones (model.packing),
+# on the same ~0.5B Qwen2 in bf16 autocast, 64 rows of 64-1,024 tokens. In what is left of TOTAL_S (PACKING_S caps
+# it); alone: python bench/packing_pass.py --gpu
+PK_LEFT=$(( TOTAL_S - ($(date +%s) - START) ))
+PK_LIMIT=$(( PK_LEFT < ${PACKING_S:-240} ? PK_LEFT : ${PACKING_S:-240} ))
+if (( PK_LIMIT < 30 )); then
+    echo "packing: skipped ($PK_LEFT s left); run it alone: python bench/packing_pass.py --gpu"
+else
+    echo "[$(( $(date +%s) - START )) s] python bench/packing_pass.py --gpu (limit $PK_LIMIT s)"
+    timeout -k 10 "$PK_LIMIT" python bench/packing_pass.py --gpu --repeats 5 \
+        --json "$OUT/gpu_packing.json" 2>&1 | tee "$OUT/gpu_packing.log"
+fi
+# --- end block: packing ------------------------------------------------------------------------------
 exit "$RC"
