@@ -37,6 +37,7 @@ from scripts.figures.training import QUIET, table, train
 
 NAME, BASELINE, AA, DAPO = "economics_v2", "on-policy", "A/A", "DAPO"
 AA_OFFSET = 1000  # the A/A run's RL seed: the SFT seed + this
+GRESO = ["data=adaptive", "data.policy.selection=greso", "data.policy.min_fresh_frac=1", "data.policy.max_fresh_frac=1"]
 CONFIGS = {  # label → the GRPO stage's keys; the baseline first
     BASELINE: ["data=fresh_rollouts"],
     "on-policy β=0": ["data=fresh_rollouts", "algorithm.beta=0"],
@@ -46,6 +47,14 @@ CONFIGS = {  # label → the GRPO stage's keys; the baseline first
     # learning limited by updates (2 passes beat 1 at equal generated tokens) or by fresh informative groups?
     "replay 0.5": ["data=replay_mix", "data.replay_ratio=0.5"],
     "adaptive": ["data=adaptive"],
+    # issue 33 §2, each on DAPO's refill loop (the baseline it must beat by 2×): GRESO's calibrated skipping before
+    # rollout (fresh data only, so only the selection acts) with measured refills and the surplus carried; screen,
+    # then expand; a stored verified success for an all-fail group of a revisited prompt; all of them together
+    "GRESO": [*GRESO, "algorithm.dynamic_sampling=true", "algorithm.refill=measured", "algorithm.carry_surplus=true"],
+    "screen": ["data=fresh_rollouts", "algorithm.dynamic_sampling=true", "algorithm.screen.size=2"],
+    "stored success": ["data=fresh_rollouts", "algorithm.dynamic_sampling=true", "algorithm.stored_success.enabled=true"],
+    "economy": [*GRESO, "algorithm.dynamic_sampling=true", "algorithm.refill=measured", "algorithm.carry_surplus=true",
+                "algorithm.screen.size=2", "algorithm.stored_success.enabled=true"],
 }
 SEEDS = [1, 2, 3, 4, 5]
 TASK = ["task=arithmetic_flawed", "task.num_heldout=1000"]
