@@ -103,3 +103,12 @@ def test_commands_share_one_sft_and_one_token_grid(tmp_path):
     with pytest.raises(SystemExit, match="no config named nope"):
         v2.figure([1], ["nope"])
     assert "economics_v2" in PENDING and len(PENDING["economics_v2"].commands(tmp_path, False)) == 5 * (1 + len(v2.CONFIGS))
+
+
+def test_every_config_has_a_folder_name_hydra_takes():
+    """`hydra.run.dir=<out>/<slug>/seedN`: Hydra's override grammar refuses non-ASCII (it refused "on_policy_β_0"
+    and stopped the measurement at its second run); each slug ASCII, and no two configs share a folder."""
+    import re
+    slugs = [v2.slug(label) for label in v2.CONFIGS]
+    assert all(re.fullmatch(r"[A-Za-z0-9_]+", s) for s in slugs) and len(set(slugs)) == len(slugs)
+    assert v2.slug("on-policy β=0") == "on_policy_beta_0"

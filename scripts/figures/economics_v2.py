@@ -69,7 +69,8 @@ PER_ROUND = ("rollout/z", "rollout/tokens_per_informative_group", "rollout/pg_kl
 
 
 def slug(label: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in label).strip("_")
+    """A label as a folder name Hydra's override grammar takes: ASCII letters, digits and _ (β → beta)."""
+    return "".join(c if c.isascii() and c.isalnum() else "_" for c in label.replace("β", "beta")).strip("_")
 
 
 def known(configs: list[str]) -> list[str]:
