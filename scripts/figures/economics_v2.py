@@ -340,15 +340,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:
         import tempfile
         out = (args.out or Path(tempfile.mkdtemp(prefix="economics-v2-"))).resolve() / NAME
-        readme = out.parent / "README.md"
         out.parent.mkdir(parents=True, exist_ok=True)
-        if not readme.exists():
-            readme.write_text(readme_figures.README.read_text())
-        return readme_figures.write(NAME, readme_figures.make(fig, out, True, invocation), out.parent / "results", readme)
+        return readme_figures.write(NAME, readme_figures.make(fig, out, True, invocation), out.parent / "results")
     import time
     out = args.out or Path("multirun/figures") / f"{NAME}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-    readme_figures.write(NAME, readme_figures.make(fig, out, False, invocation), readme_figures.RESULTS,
-                         readme_figures.README)
+    readme_figures.write(NAME, readme_figures.make(fig, out, False, invocation), readme_figures.RESULTS)
 
 
 if __name__ == "__main__":
