@@ -92,33 +92,23 @@ fi
 echo "exit $RC after $(( $(date +%s) - START )) s; report: $OUT/gpu_speed.md (run folders: /tmp/policyshift_gpu_speed/runs)"
 [[ -f "$OUT/gpu_speed.md" ]] && cat "$OUT/gpu_speed.md"
 
-# --- block: shared prefix (issue 35 item 2; bench/shared_prefix_pass.py) ---------------------------------
-# The GRPO policy forward+backward and the reference forward, padded rows vs each prompt computed once
-# (algorithm.shared_prefix), on the same ~0.5B Qwen2 in bf16 autocast, 16 prompts × 8 of 16 and 512 tokens,
-# 128 new tokens. Runs in what is left of TOTAL_S (SHARED_PREFIX_S caps it); alone: python bench/shared_prefix_pass.py --gpu
-SP_LEFT=$(( TOTAL_S - ($(date +%s) - START) ))
-SP_LIMIT=$(( SP_LEFT < ${SHARED_PREFIX_S:-300} ? SP_LEFT : ${SHARED_PREFIX_S:-300} ))
-if (( SP_LIMIT < 30 )); then
-    echo "shared prefix: skipped ($SP_LEFT s left); run it alone: python bench/shared_prefix_pass.py --gpu"
-else
-    echo "[$(( $(date +%s) - START )) s] python bench/shared_prefix_pass.py --gpu (limit $SP_LIMIT s)"
-    timeout -k 10 "$SP_LIMIT" python bench/shared_prefix_pass.py --gpu --repeats 5 \
-        --json "$OUT/gpu_shared_prefix.json" 2>&1 | tee "$OUT/gpu_shared_prefix.log"
-fi
-# --- end block: shared prefix ------------------------------------------------------------------------
-
-# --- block: packing (issue 35 item 1; bench/packing_pass.py) -----------------------------------------------
-# The training forward+backward and the no-grad forward of log-probs, padded rows vs packed ones (model.packing),
-# on the same ~0.5B Qwen2 in bf16 autocast, 64 rows of 64-1,024 tokens. In what is left of TOTAL_S (PACKING_S caps
-# it); alone: python bench/packing_pass.py --gpu
-PK_LEFT=$(( TOTAL_S - ($(date +%s) - START) ))
-PK_LIMIT=$(( PK_LEFT < ${PACKING_S:-240} ? PK_LEFT : ${PACKING_S:-240} ))
-if (( PK_LIMIT < 30 )); then
-    echo "packing: skipped ($PK_LEFT s left); run it alone: python bench/packing_pass.py --gpu"
-else
-    echo "[$(( $(date +%s) - START )) s] python bench/packing_pass.py --gpu (limit $PK_LIMIT s)"
-    timeout -k 10 "$PK_LIMIT" python bench/packing_pass.py --gpu --repeats 5 \
-        --json "$OUT/gpu_packing.json" 2>&1 | tee "$OUT/gpu_packing.log"
-fi
-# --- end block: packing ------------------------------------------------------------------------------
+# --- the pass-by-pass blocks (issue 35) --------------------------------------------------------------------
+# Each in what is left of TOTAL_S, capped; alone: python bench/<script> --gpu
+#   shared prefix (bench/shared_prefix_pass.py): the GRPO policy forward+backward and the reference forward, padded
+#     rows vs each prompt computed once (algorithm.shared_prefix), the same ~0.5B Qwen2 in bf16 autocast, 16 prompts
+#     × 8 of 16 and 512 tokens, 128 new tokens (SHARED_PREFIX_S caps it)
+#   packing (bench/packing_pass.py): the log-prob forward+backward and no-grad forward, padded rows vs packed ones
+#     (model.packing), the same model, 64 rows of 64-1,024 tokens (PACKING_S caps it)
+pass_block() {  # name, cap in seconds, script, json
+    local left=$(( TOTAL_S - ($(date +%s) - START) ))
+    local limit=$(( left < $2 ? left : $2 ))
+    if (( limit < 30 )); then
+        echo "$1: skipped ($left s left); run it alone: python bench/$3 --gpu"
+        return
+    fi
+    echo "[$(( $(date +%s) - START )) s] python bench/$3 --gpu (limit $limit s)"
+    timeout -k 10 "$limit" python "bench/$3" --gpu --repeats 5 --json "$OUT/$4.json" 2>&1 | tee "$OUT/$4.log"
+}
+pass_block "shared prefix" "${SHARED_PREFIX_S:-300}" shared_prefix_pass.py gpu_shared_prefix
+pass_block packing "${PACKING_S:-240}" packing_pass.py gpu_packing
 exit "$RC"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from bench.shared_prefix_pass import gpu_model, timed  # noqa: E402
+from bench.shared_prefix_pass import alternated_medians, gpu_model  # noqa: E402
 from models import packing  # noqa: E402
 from models.forward import sequence_token_logprobs  # noqa: E402
 from models.tiny import build_tiny  # noqa: E402
@@ -73,11 +72,7 @@ def main() -> None:
 
     passes = {"train_padded": train(False), "train_packed": train(True),
               "ref_padded": nograd(False), "ref_packed": nograd(True)}
-    times = {k: [] for k in passes}
-    for _ in range(a.repeats + 1):
-        for k, fn in passes.items():
-            times[k].append(timed(fn))
-    med = {k: statistics.median(v[1:]) for k, v in times.items()}  # the first repeat warms up
+    med = alternated_medians(passes, a.repeats)
     out = {"threads": torch.get_num_threads(), "device": str(device), **shape, "positions": positions,
            **{f"{k}_ms": v * 1e3 for k, v in med.items()}}
     print(f"{shape['rows']} rows of {shape['lengths'][0]}-{shape['lengths'][1]} tokens, {positions['padded']:,} padded "

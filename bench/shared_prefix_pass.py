@@ -56,6 +56,16 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def alternated_medians(passes: dict, repeats: int) -> dict[str, float]:
+    """Each pass's median seconds over `repeats` rounds of calling every pass once in turn (so a machine's load
+    drifts alike on all), after one round that warms up."""
+    times = {k: [] for k in passes}
+    for _ in range(repeats + 1):
+        for k, fn in passes.items():
+            times[k].append(timed(fn))
+    return {k: statistics.median(v[1:]) for k, v in times.items()}
+
+
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -105,11 +115,7 @@ def main() -> None:
 
         passes = {"train_padded": train(padded), "train_shared": train(shared),
                   "ref_padded": nograd(padded), "ref_shared": nograd(shared)}
-        times = {k: [] for k in passes}
-        for _ in range(a.repeats + 1):
-            for k, fn in passes.items():
-                times[k].append(timed(fn))
-        med = {k: statistics.median(v[1:]) for k, v in times.items()}  # the first repeat warms up
+        med = alternated_medians(passes, a.repeats)
         out[name] = {"prompt_tokens": prompt_len} | {f"{k}_ms": v * 1e3 for k, v in med.items()}
         print(f"{name}: forward+backward padded {med['train_padded'] * 1e3:.1f} ms, shared "
               f"{med['train_shared'] * 1e3:.1f} ms ({med['train_padded'] / med['train_shared']:.2f}x); no-grad "
