@@ -8,7 +8,7 @@ import math
 import pytest
 
 from scripts.figures import async_rounds as fig
-from scripts.figures.registry import PENDING
+from scripts.figures.registry import FIGURES
 from tests.test_readme_figures import fake_job
 
 A0, GRID = 0.80, [10_000 * k for k in range(21)]  # 0 … 200k generated tokens, 21 evaluations
@@ -104,4 +104,4 @@ def test_commands_share_one_sft_per_seed_and_differ_only_in_staleness(tmp_path):
     assert differ == {grpo[0][-1], grpo[1][-1], "callbacks.regenerate.max_staleness=0",
                       "callbacks.regenerate.max_staleness=1"}
     assert set(grpo[1]) ^ set(grpo[3]) == {grpo[1][-1], grpo[3][-1], "correction=decoupled_ppo", "correction=ppo_clip"}
-    assert "async" in PENDING and len(PENDING["async"].commands(tmp_path, False)) == 3 * 5
+    assert "async" in FIGURES and len(FIGURES["async"].commands(tmp_path, False)) == 3 * 5

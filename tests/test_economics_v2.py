@@ -8,7 +8,7 @@ import math
 import pytest
 
 from scripts.figures import economics_v2 as v2
-from scripts.figures.registry import PENDING
+from scripts.figures.registry import FIGURES
 from tests.test_readme_figures import fake_job
 
 A0, GRID = 0.86, [20_000 * k for k in range(31)]  # 0 … 600k generated tokens, 31 evaluations
@@ -102,7 +102,7 @@ def test_commands_share_one_sft_and_one_token_grid(tmp_path):
     assert sorted(set(aa) ^ set(base)) == sorted([aa[-1], base[-1], "seed=1007", "seed=7"])
     with pytest.raises(SystemExit, match="no config named nope"):
         v2.figure([1], ["nope"])
-    assert "economics_v2" in PENDING and len(PENDING["economics_v2"].commands(tmp_path, False)) == 5 * (1 + len(v2.CONFIGS))
+    assert "economics_v2" in FIGURES and len(FIGURES["economics_v2"].commands(tmp_path, False)) == 5 * (1 + len(v2.CONFIGS))
 
 
 def test_every_config_has_a_folder_name_hydra_takes():
