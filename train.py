@@ -215,6 +215,7 @@ def main(cfg: DictConfig) -> float | None:
         exit_with(e, resume_line(e, out))
     finally:
         finish_wandb()
+        distributed.close()  # a rank's process group, before exit (gloo can abort at interpreter exit)
         _remove_if_empty(log_files, out)
     if not stages:  # print_config=true
         return None

@@ -118,6 +118,15 @@ def check_same_config(text: str, what: str = "config") -> None:
                            f"launched with the same overrides (see docs/hardware.md)")
 
 
+def close() -> None:
+    """Destroy this process's group before the interpreter exits (a no-op without one). Left to exit,
+    gloo's worker threads can still hold work whose tensors reference Python objects; finalization then
+    aborts the process (SIGABRT, "terminate called without an active exception") after a run that
+    succeeded, and torchrun reports the job as failed."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _device() -> torch.device:
     """The device collectives run on: the current CUDA device under NCCL, else the CPU (gloo)."""
     if dist.get_backend() == "nccl":

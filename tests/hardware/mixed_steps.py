@@ -15,6 +15,7 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
+from hardware.distributed import close  # noqa: E402
 from hardware.sharding import full_state_dict, is_sharded  # noqa: E402
 from run.stages import build, trainer_arguments  # noqa: E402
 from tests.hardware.one_step import CONF, FixedRecords  # noqa: E402
@@ -68,3 +69,4 @@ def main(out: str, hardware: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    close()  # the process group, before exit: gloo can abort at interpreter exit without it

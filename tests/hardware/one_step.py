@@ -17,6 +17,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from data_modules.base import ExperienceDataModule  # noqa: E402
 from data_modules.preferences import PreferenceDataModule, PreferenceRecord  # noqa: E402
+from hardware.distributed import close  # noqa: E402
 from hardware.sharding import full_state_dict, is_sharded  # noqa: E402
 from run.stages import build, trainer_arguments  # noqa: E402
 from tests.helpers import TINY, tiny_model  # noqa: E402
@@ -77,3 +78,4 @@ def main(out: str, hardware: str, algorithm: str, *overrides: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    close()  # the process group, before exit: gloo can abort at interpreter exit without it

@@ -80,3 +80,4 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    distributed.close()  # the process group, before exit: gloo can abort at interpreter exit without it

@@ -49,3 +49,14 @@ def trainer(**kw):
 @pytest.mark.parametrize("devices,expected", [(1, 1), (4, 4), ("2", 2), ("0,1,2", 3), ([0, 1], 2), ("auto", 1)])
 def test_processes_per_node(devices, expected):
     assert processes.processes_per_node(trainer(devices=devices)) == expected  # "auto" on a CPU: 1
+
+
+def test_close_destroys_the_process_group_and_is_a_no_op_without_one(tmp_path):
+    """train.py (and the rank scripts) end with close(): gloo left to interpreter exit can abort a
+    finished rank (SIGABRT), which failed a 2-rank FSDP test in CI. A 1-process gloo group here."""
+    import torch.distributed as dist
+    distributed.close()  # nothing to destroy: no error
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    distributed.close()
+    assert not dist.is_initialized()
