@@ -1,8 +1,9 @@
 """Asynchronous rounds at bounded staleness (`callbacks.regenerate.max_staleness=k > 0`; docs/scaling.md).
 
 RegenerateExperience (callbacks/regenerate.py) makes round r+1's prompts as soon as round r is made and
-hands them to an engine in its own process (generators/async_engine.py), which generates while the
-trainer trains round r. At round r's end the trainer collects round r+1, scores and annotates it in its
+hands them to an engine in its own process (generators/async_engine.py: generator=hf spawned; or
+generators/async_server.py: generator=vllm_server's engines, driven from a thread), which generates while
+the trainer trains round r. At round r's end the trainer collects round r+1, scores and annotates it in its
 own process, and serves it. Staleness is counted in policy versions (optimizer steps), as
 train/staleness_* are: a round served at version v may have been generated at version ≥ v - k.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import time
 
 from generators.async_engine import AsyncEngine, Made
+from generators.async_server import ServerEngine
 
 
 class AsyncRounds:
@@ -50,8 +52,9 @@ class AsyncRounds:
     # ---- the trainer's calls --------------------------------------------------------------------
     def start(self, pl_module, dm) -> None:
         """Start the engine process (at fit start: it loads while the first round is made here)."""
-        if self.engine is None:
-            self.engine = AsyncEngine(self.generator, pl_module.policy, dm.tokenizer, self.threads, self.timeout_s)
+        if self.engine is None:  # generator=vllm_server: its engines, from a thread; else a spawned generator=hf
+            engine = ServerEngine if getattr(self.generator, "own_processes", False) else AsyncEngine
+            self.engine = engine(self.generator, pl_module.policy, dm.tokenizer, self.threads, self.timeout_s)
 
     def submit(self, pl_module, dm, planned, round_index: int) -> None:
         """Hand round `round_index`'s planned groups to the engine, with the current weights pushed."""

@@ -218,6 +218,12 @@ class EngineFleet:
     def push(self, weights: Iterable[tuple[str, torch.Tensor]], folder: str, version: str) -> int:
         """Hand `weights` to every engine through a safetensors folder, name them `version`; the bytes."""
         written = write_weights(weights, folder)
+        self.reload(folder, version)
+        return written
+
+    def reload(self, folder: str, version: str) -> None:
+        """Every engine loads the weights written in `folder` (then removed) and names them `version`
+        (asynchronous rounds: the trainer writes the folder, the engines' thread has them loaded)."""
 
         def reload(i: int) -> None:
             doing = f"loading weights version {version}"
@@ -230,4 +236,3 @@ class EngineFleet:
             self.on_every(reload)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        return written

@@ -18,6 +18,11 @@ which every record of the round names as its `provenance.policy_version` (so wit
 round's samples are up to k-1 versions stale, and the trainers' staleness metrics see it). A `sample`
 outside such a block pushes first, every call, and its samples carry no version of ours.
 
+Asynchronous rounds (`callbacks.regenerate.max_staleness` > 0) drive these engines from a thread of the
+trainer's process (generators/async_server.py): the trainer writes a version's weights (`stage`), the thread
+has the engines load them between rounds (`load_staged`) and samples; `lock` keeps a push (an evaluation's,
+a round made in the trainer) from landing while a round is being generated.
+
 An engine that exits, refuses or does not answer within `timeout_s` ends the run with one line
 (`EngineError`); started engines are stopped by `close()` (the stage's end, callbacks/regenerate.py), at
 process exit and when the trainer dies (generators/vllm_fleet.py).
@@ -27,6 +32,7 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -49,6 +55,7 @@ class VLLMServerGenerator:
 
     name = "vllm_server"
     exact_logprobs = False
+    own_processes = True  # asynchronous rounds drive these engines from a thread (generators/async_server.py)
 
     def __init__(self, max_new_tokens: int, temperature: float, top_p: float, top_k: int, batch_size: int,
                  ignore_eos: bool, engines: int, urls: list[str], host: str, port: int, gpus: list[str],
@@ -75,6 +82,7 @@ class VLLMServerGenerator:
         self._within = False  # inside at_version(): sample() uses the engines' weights as they are
         self.startup_seconds = self.sync_seconds = self.sync_bytes = 0.0
         self.pushes = 0
+        self.lock = threading.RLock()  # the engines' weights: no push while a round is generated from them
 
     @property
     def sampling(self) -> dict:
@@ -90,31 +98,60 @@ class VLLMServerGenerator:
         """A block that samples `model` as of the trainer's `version`: the weights are pushed on entry when
         the engines' copy is `sync_every` versions old or more (`exact`: when it is any other version);
         yields the version the engines hold, the one the block's samples are made with."""
-        due = self.held is None or version < self.held or version - self.held >= (1 if exact else self.sync_every)
-        if due:
-            self.push(model, tokenizer, version)
-        self._within = True
-        try:
-            yield self.held
-        finally:
-            self._within = False
+        with self.lock:
+            due = self.held is None or version < self.held or version - self.held >= (1 if exact else self.sync_every)
+            if due:
+                self.push(model, tokenizer, version)
+            self._within = True
+            try:
+                yield self.held
+            finally:
+                self._within = False
 
     def push(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, version: int | None) -> None:
         """Hand the policy's weights to every engine (starting them first if needed), as `version`."""
-        started = self.fleet is None and not self.urls  # engines started now load the current weights
-        if self.fleet is None:
-            self._connect(model, tokenizer)
-        start = time.perf_counter()
-        if started:
-            self.fleet.on_every(lambda i: self.fleet.call(i, "/update_weight_version", {"new_version": str(version)}))
-        else:
-            folder = tempfile.mkdtemp(prefix=f"policyshift-weights-v{version}-",
-                                      dir=self.weight_dir or shared_memory_dir())
-            os.rmdir(folder)  # write_weights makes it; the engines read it, then it is removed
-            self.sync_bytes += self.fleet.push(policy_weights(model), folder, str(version))
-        self.held = version
-        self.sync_seconds += time.perf_counter() - start
-        self.pushes += 1
+        with self.lock:
+            started = self.fleet is None and not self.urls  # engines started now load the current weights
+            if self.fleet is None:
+                self._connect(model, tokenizer)
+            start = time.perf_counter()
+            if started:
+                self.fleet.on_every(lambda i: self.fleet.call(i, "/update_weight_version",
+                                                              {"new_version": str(version)}))
+            else:
+                self.sync_bytes += self.fleet.push(policy_weights(model), self._weights_folder(version), str(version))
+            self.held = version
+            self.sync_seconds += time.perf_counter() - start
+            self.pushes += 1
+
+    def connect(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+        """Start the engines (or reach the user's) now, if not yet: they load the current weights, of no
+        version of ours until the first push."""
+        with self.lock:
+            if self.fleet is None:
+                self._connect(model, tokenizer)
+
+    def stage(self, model: PreTrainedModel, version: int) -> tuple[str, int]:
+        """Write the policy's weights for the engines to load later (`load_staged`): (folder, bytes). The
+        engines keep generating from the weights they hold meanwhile."""
+        folder = self._weights_folder(version)
+        return folder, write_weights(policy_weights(model), folder)
+
+    def load_staged(self, folder: str, version: int, nbytes: int) -> None:
+        """Every engine loads the weights `stage` wrote into `folder`, as `version` (the folder is removed)."""
+        with self.lock:
+            start = time.perf_counter()
+            self.fleet.reload(folder, str(version))
+            self.held = version
+            self.sync_seconds += time.perf_counter() - start
+            self.sync_bytes += nbytes
+            self.pushes += 1
+
+    def _weights_folder(self, version: int | None) -> str:
+        """A new folder's path for one push (write_weights makes it; the engines read it, then it is removed)."""
+        folder = tempfile.mkdtemp(prefix=f"policyshift-weights-v{version}-", dir=self.weight_dir or shared_memory_dir())
+        os.rmdir(folder)
+        return folder
 
     def _connect(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         """Start the engines (or reach the user's) and learn the name they serve."""
@@ -165,17 +202,33 @@ class VLLMServerGenerator:
     # ---- sampling ---------------------------------------------------------------------------------
     def sample(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[list[int]],
                greedy: bool = False, stop_sequences: list[list[int]] | None = None,
-               max_new_tokens: int | None = None) -> GenerationOutput:
-        """One completion per prompt from the engines' weights (pushed first outside `at_version`)."""
+               max_new_tokens: int | None = None, rng: torch.Generator | None = None) -> GenerationOutput:
+        """One completion per prompt from the engines' weights (pushed first outside `at_version`); each
+        request's seed from `rng` (the engines' thread: its own, seeded per round), else torch's."""
         if stop_sequences:
             raise ValueError("generator=vllm_server does not play multi-turn episodes (stop sequences); "
                              "use generator=vllm or generator=hf with an env")
+        with self.lock:
+            return self._sample(model, tokenizer, prompts, greedy, max_new_tokens, rng)
+
+    def sample_held(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[list[int]],
+                    rng: torch.Generator) -> GenerationOutput:
+        """One completion per prompt from the weights the engines hold now, named with their version (the
+        asynchronous rounds' thread, which has loaded the version it needs: `load_staged`)."""
+        with self.lock:
+            self._within = True
+            try:
+                return self._sample(model, tokenizer, prompts, False, None, rng)
+            finally:
+                self._within = False
+
+    def _sample(self, model, tokenizer, prompts, greedy, max_new_tokens, rng) -> GenerationOutput:
         if not self._within or self.fleet is None:
             self.push(model, tokenizer, None)
         start = time.perf_counter()
         limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         stops = stop_ids(model, tokenizer)
-        seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist()  # the run's RNG: a seeded run repeats
+        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=rng).tolist()  # seeded: a run repeats
         fleet, n = self.fleet, len(self.fleet.urls)
 
         def one(i: int) -> tuple[list[int], list[float]]:

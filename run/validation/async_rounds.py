@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 from hardware.processes import world_size_of
 from run.validation.values import is_int, raw
 
+HF, SERVER = "generators.hf.HFGenerator", "generators.vllm_server.VLLMServerGenerator"
 STALE_CORRECTIONS = ("losses.correction.decoupled_ppo", "losses.correction.ppo_clip", "losses.correction.truncated_is")
 
 
@@ -25,9 +26,13 @@ def check_async(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"{said} trains on samples up to {k} versions old, and correction={correction.rsplit('.', 1)[-1]} "
                       f"does not correct for that: use correction=decoupled_ppo (or ppo_clip, truncated_is)")
     generator = raw(cfg, "generator._target_")
-    if generator != "generators.hf.HFGenerator":
-        errors.append(f"{said}: the engine in its own process runs generator=hf only (generator._target_={generator}); "
-                      f"a vLLM engine per rank or server is not built yet")
+    server = generator == SERVER
+    if generator not in (HF, SERVER):
+        errors.append(f"{said}: asynchronous rounds run generator=hf (in a spawned process) or generator=vllm_server "
+                      f"(its engines) (generator._target_={generator}); a vLLM engine per rank is not built for them")
+    if server and raw(cfg, "generator.sync_every") not in (None, 1):
+        errors.append(f"{said} with generator.sync_every={raw(cfg, 'generator.sync_every')}: the staleness bound "
+                      f"decides when weights are pushed; use sync_every=1")
     if raw(cfg, "env._target_") is not None:
         errors.append(f"{said} with env={raw(cfg, 'env._target_')}: multi-turn episodes are played in the trainer's "
                       f"process; use max_staleness=0 with an environment")
@@ -35,14 +40,14 @@ def check_async(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"{said} with algorithm.dynamic_sampling=true: DAPO's refills depend on the round's rewards; "
                       f"use max_staleness=0 with dynamic sampling")
     precision = str(raw(cfg, "trainer.precision"))
-    if precision.endswith("-mixed"):
+    if precision.endswith("-mixed") and not server:
         errors.append(f"{said} with trainer.precision={precision}: under a mixed precision a round's behaviour "
                       f"log-probs are rescored by the trainer's forward of the current weights, not the engine's "
                       f"older version they were sampled with; use trainer.precision=32-true")
     accelerator = raw(cfg, "trainer.accelerator")
-    if accelerator != "cpu":
-        errors.append(f"{said} with trainer.accelerator={accelerator}: the engine process runs on CPU only for now "
-                      f"(an engine on the GPU is not built yet); use max_staleness=0 or hardware=cpu")
+    if accelerator != "cpu" and not server:
+        errors.append(f"{said} with trainer.accelerator={accelerator}: the spawned generator=hf engine runs on CPU "
+                      f"only; use generator=vllm_server (engines on GPUs of their own), max_staleness=0 or hardware=cpu")
     trainer = cfg.get("trainer")
     if trainer is not None and is_int(trainer.get("devices", 1)) and is_int(trainer.get("num_nodes", 1)) \
             and world_size_of(trainer) > 1:

@@ -211,11 +211,23 @@ def plan(*extra: str) -> ConfigError:
      "not the engine's older version"),  # the mixed-precision rescoring would relabel stale samples as fresh
     (["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "algorithm.dynamic_sampling=true"],
      "dynamic sampling"),
+    (["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "generator=vllm_server",
+      "generator.urls=[http://127.0.0.1:9]", "generator.sync_every=2"], "use sync_every=1"),
+    (["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "generator=vllm"], "engine per rank"),
 ])
 def test_bad_async_values_are_refused_at_plan_time_in_one_line(extra, said):
     problems = plan(*extra).problems
     assert any(said in p for p in problems), problems
     assert all("\n" not in p for p in problems)
+
+
+def test_vllm_server_engines_take_asynchronous_rounds_on_a_gpu_trainer_too():
+    """generator=vllm_server runs its engines on devices of their own: the CPU-only and mixed-precision
+    refusals of the spawned generator=hf engine are not its (the URL does not answer: that is refused)."""
+    problems = plan("callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo", "generator=vllm_server",
+                    "generator.urls=[http://127.0.0.1:9]", "trainer.accelerator=gpu",
+                    "trainer.precision=bf16-mixed").problems
+    assert not [p for p in problems if "max_staleness" in p], problems
 
 
 def test_a_resumed_run_generates_the_round_in_flight_again_and_counts_it_once(tmp_path):

@@ -122,3 +122,27 @@ def test_grpo_through_train_py_with_a_started_engine(tmp_path):
     assert {r.provenance.generator for r in records} == {"vllm_server"}
     assert all(len(r.behaviour_logprobs) == len(r.completion_ids) for r in records)
     assert f"--port {port}" not in os.popen("ps -eo args").read()  # the engine is gone
+
+
+@pytest.mark.slow
+def test_asynchronous_rounds_on_a_started_engine_through_train_py(tmp_path):
+    """max_staleness=1 on the server (generators/async_server.py): round 1 is made in the trainer at version
+    0; every next round by the engine while the previous one trains, from the weights at that round's
+    start, so the 4 rounds name versions 0, 0, 1, 2 and each after the first is served one version
+    behind; the ledger has the engine's side and its weight syncs; no engine outlives the run."""
+    out, store, port = tmp_path / "run", tmp_path / "store", free_port()
+    proc = train(*SMALL, "algorithm=grpo", "generator=vllm_server", "model.hidden_size=64", "model.num_heads=2",
+                 f"generator.port={port}", "generator.kv_cache_memory_bytes=67108864", "correction=decoupled_ppo",
+                 "callbacks.regenerate.max_staleness=1", "callbacks.regenerate.engine_startup=wait",
+                 "logger=none", f"++data.store={store}", f"hydra.run.dir={out}", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())["grpo"]
+    assert summary["rollout/rounds"] == 4 and summary["train/steps"] == 4
+    assert summary["rollout/async_waited_rounds"] == 0 and summary["rollout/async_dropped_rounds"] == 0
+    assert summary["cost/weight_sync_bytes"] > 0
+    from data_modules.store import load_experience
+    from models.tokenizer import build_char_tokenizer
+    records = load_experience(store, build_char_tokenizer())
+    per_round = len(records) // 4
+    assert Counter(r.provenance.policy_version for r in records) == {0: 2 * per_round, 1: per_round, 2: per_round}
+    assert f"--port {port}" not in os.popen("ps -eo args").read()
