@@ -63,7 +63,8 @@ tail -n 400 "$OUT/gpu_speed.log" > "$OUT/gpu_speed.log.tmp" && mv "$OUT/gpu_spee
 # Opt-in (SERVER_CASE=1; VLLM_PYTHON: a venv with a CUDA vLLM): the same GRPO workload as grpo_vllm, with
 # generation in one vLLM server of its own (generator=vllm_server; on GPU 1 when there are two GPUs, else
 # sharing GPU 0 at 0.3 of its memory), timed the same way: s/step, generated tokens/s, MFU of the train step,
-# and the weight pushes (cost/weight_sync_*). Results: $OUT/gpu_speed_server.json. Not run on a GPU yet.
+# and the weight pushes (cost/weight_sync_*); then the same at callbacks.regenerate.max_staleness=1 (the server's
+# asynchronous rounds: sync vs async s/step). Results: $OUT/gpu_speed_server.json. Not run on a GPU yet.
 if [[ -n "${SERVER_CASE:-}" && -n "${VLLM_PYTHON:-}" && -d /tmp/policyshift_gpu_speed/model ]]; then
     NGPU=$(nvidia-smi -L | wc -l)
     if (( NGPU >= 2 )); then SERVER_GPU=1 SERVER_MEM=0.9; else SERVER_GPU=0 SERVER_MEM=0.3; fi
@@ -81,10 +82,15 @@ grpo = Workload("grpo_vllm_server", "grpo", batch=s["grpo_prompts"], group=s["gr
 extra = ["hardware=gpu", "model.dtype=float32", "trainer.precision=bf16-mixed", "callbacks.progress.refresh_rate=0",
          "generator=vllm_server", "generator.ignore_eos=true", f"generator.gpus=['{os.environ['SERVER_GPU']}']",
          f"generator.gpu_memory_utilization={os.environ['SERVER_MEM']}", "generator.max_model_len=1024"]
-row = train_run("grpo_vllm_server", grpo, extra, sys.executable, work / "model", work, out / "gpu_speed_logs", 450)
-add_mfu(row, float(os.environ.get("PEAK_TFLOPS", 989)), 6, row.get("trained_tokens_per_step", 0), "train_step_s")
-(out / "gpu_speed_server.json").write_text(json.dumps(row, indent=1, default=str))
-print(json.dumps(row, indent=1, default=str))
+rows = {}
+for name, more in (("grpo_vllm_server", []),  # synchronous, then rounds overlapping training at staleness 1
+                   ("grpo_vllm_server_async_k1", ["callbacks.regenerate.max_staleness=1", "correction=decoupled_ppo"])):
+    row = train_run(name, replace(grpo, name=name), extra + more, sys.executable, work / "model", work,
+                    out / "gpu_speed_logs", 210)
+    add_mfu(row, float(os.environ.get("PEAK_TFLOPS", 989)), 6, row.get("trained_tokens_per_step", 0), "train_step_s")
+    rows[name] = row
+    (out / "gpu_speed_server.json").write_text(json.dumps(rows, indent=1, default=str))
+print(json.dumps(rows, indent=1, default=str))
 PYEOF
 fi
 # === end of the generator=vllm_server case ===========================================================

@@ -144,6 +144,8 @@ class RegenerateExperience(RoundLedger, L.Callback):
         state = copy.deepcopy({k: getattr(self, k) for k in self.STATE})
         if state["pending_prompts"] is not None:  # plain types: a checkpoint loads with weights_only
             state["pending_prompts"] = [(dataclasses.asdict(ex), ids, gid) for ex, ids, gid in state["pending_prompts"]]
+        if self.ahead is not None:  # the async ledger's totals (idle and sync seconds, waited rounds) add up on resume
+            state["async_totals"] = dict(self.ahead.totals)
         return state
 
     def check_state(self, state: dict) -> None:
@@ -156,6 +158,8 @@ class RegenerateExperience(RoundLedger, L.Callback):
             setattr(self, k, copy.deepcopy(state.get(k, getattr(self, k))))
         if self.pending_prompts is not None:
             self.pending_prompts = [(Example(**ex), ids, gid) for ex, ids, gid in self.pending_prompts]
+        if self.ahead is not None:
+            self.ahead.totals.update(state.get("async_totals", {}))
 
     def regenerate(self, trainer: L.Trainer, pl_module, trigger: str = "schedule") -> list[ExperienceRecord]:
         """Make one round; `trigger` is why (start | schedule | ess | kl | staleness | target_kl)."""

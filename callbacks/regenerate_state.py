@@ -16,7 +16,7 @@ def check_regenerate_state(state: dict) -> None:
     integer(state.get("last_end_step", -1), "last_end_step", low=-1)
     for key in ("abstained", "timeouts", "dropped_in_a_row"):
         integer(state.get(key, 0), key)
-    for key in ("totals", "dynamic_totals", "tool_totals"):
+    for key in ("totals", "dynamic_totals", "tool_totals", "async_totals"):
         for name, v in mapping(state.get(key, {}), key).items():
             number(v, f"{key}.{name}", low=0.0 if key != "dynamic_totals" else None)
     for name, n in mapping(state.get("triggers", {}), "triggers").items():

@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -96,6 +97,8 @@ class EngineFleet:
                                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
         self.names: list[str] = [SERVED_NAME] * len(self.urls)
         self.folder: str | None = None  # started engines: their model folder and logs
+        self.failed: EngineError | None = None  # the first failure (its engines' logs are kept)
+        self._failing = threading.Lock()  # concurrent requests may fail at once: one is the first
         atexit.register(self.stop)
 
     # ---- processes ------------------------------------------------------------------------------
@@ -145,14 +148,19 @@ class EngineFleet:
             raise self._fail(i, f"exited with code {proc.returncode} while {doing}")
 
     def _fail(self, i: int, what: str) -> EngineError:
-        where = f"; its log: {self.logs[i]}" if self.logs[i] else ""
-        error = EngineError(f"vLLM engine {i} ({self.urls[i]}) {what}{where}")
-        self.stop(keep_logs=True)
-        return error
+        """The fleet's first failure (every later one, e.g. a concurrent request to the engines this stopped,
+        reports the first: its cause, not "exited with code -9"); the engines are stopped, their logs kept."""
+        with self._failing:
+            if self.failed is None:
+                where = f"; its log: {self.logs[i]}" if self.logs[i] else ""
+                self.failed = EngineError(f"vLLM engine {i} ({self.urls[i]}) {what}{where}")
+                self.stop(keep_logs=True)
+        return self.failed
 
     def stop(self, keep_logs: bool = False) -> None:
         """End every started engine (its whole process group; idempotent) and remove their folder (its logs
-        kept when `keep_logs`: an engine failed). The user's engines are left running."""
+        kept when `keep_logs` or once an engine failed). The user's engines are left running."""
+        keep_logs = keep_logs or self.failed is not None
         for proc in self.processes:
             if proc is None or proc.poll() is not None:
                 continue

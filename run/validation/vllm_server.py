@@ -85,6 +85,9 @@ def _port_problem(host: str, port: int) -> str | None:
     if port > 65535:
         return "beyond the last port (65535)"
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as the server binds (uvicorn sets SO_REUSEADDR): the last run's connections in TIME_WAIT do not
+        # hold the port for a minute, a listening process still does
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:

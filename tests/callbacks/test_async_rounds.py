@@ -242,15 +242,18 @@ def test_a_resumed_run_generates_the_round_in_flight_again_and_counts_it_once(tm
     trainer, module, dm, regenerate = build_parts(stage, 4, [ResumeState(tmp_path / "l.ckpt"), checkpoint, whole])
     trainer.fit(module, datamodule=dm)
     assert regenerate.totals["records_generated"] == 4 * 16
+    whole_bytes = regenerate.summary()["cost/weight_sync_bytes"]  # one push a round the engine made: 3
     never_stopped = {step: sorted({g for g, _, _, _ in s}) for step, s in whole.epochs}
 
     after_two = tmp_path / "ckpt" / "roundepoch=1.ckpt"  # the end of round 2: round 3 made, round 4 in flight
     state = next(v for k, v in torch.load(after_two, weights_only=False)["callbacks"].items() if "Regenerate" in k)
     assert state["rounds"] == 3 and state["totals"]["records_generated"] == 3 * 16
     assert [gid for _, _, gid in state["pending_prompts"]] == never_stopped[3]
+    assert state["async_totals"]["weight_sync_bytes"] == whole_bytes * 2 / 3  # rounds 2 and 3's pushes
     trainer, module, dm, regenerate = build_parts(stage, 4, [ResumeState(tmp_path / "l.ckpt"), resumed])
     trainer.fit(module, datamodule=dm, ckpt_path=after_two)
     served = {step: sorted({g for g, _, _, _ in s}) for step, s in resumed.epochs}  # the later entry wins
     assert served == {2: never_stopped[2], 3: never_stopped[3]}
     assert regenerate.totals["records_generated"] == 4 * 16 and not engines_alive()
     assert regenerate.summary()["rollout/async_waited_rounds"] == 0  # handed over at the restored version
+    assert regenerate.summary()["cost/weight_sync_bytes"] == whole_bytes  # the ledger's totals resumed, not restarted

@@ -113,6 +113,24 @@ def test_a_taken_port_is_refused(hydra_conf):
     assert line.startswith(f"generator.port={port}: engine 0 would listen on 127.0.0.1:{port}, which is taken"), line
 
 
+def test_a_port_the_last_run_just_released_is_not_refused():
+    """The last run's engine closed its connections first: they sit in TIME_WAIT on its port for a minute,
+    and a rerun at once was refused "Address already in use" though its server (SO_REUSEADDR) would bind."""
+    from run.validation.vllm_server import _port_problem
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as vLLM's server (uvicorn) binds
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    served, _ = listener.accept()
+    served.close()  # the server's side closes first: its end of the connection enters TIME_WAIT
+    client.recv(1)
+    client.close()
+    listener.close()
+    assert _port_problem("127.0.0.1", port) is None
+
+
 def silent_server() -> tuple[socket.socket, str]:
     """A server that accepts connections and never answers (an engine stuck)."""
     s = socket.socket()
