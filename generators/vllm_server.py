@@ -202,14 +202,13 @@ class VLLMServerGenerator:
     # ---- sampling ---------------------------------------------------------------------------------
     def sample(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[list[int]],
                greedy: bool = False, stop_sequences: list[list[int]] | None = None,
-               max_new_tokens: int | None = None, rng: torch.Generator | None = None) -> GenerationOutput:
-        """One completion per prompt from the engines' weights (pushed first outside `at_version`); each
-        request's seed from `rng` (the engines' thread: its own, seeded per round), else torch's."""
+               max_new_tokens: int | None = None) -> GenerationOutput:
+        """One completion per prompt from the engines' weights (pushed first outside `at_version`)."""
         if stop_sequences:
             raise ValueError("generator=vllm_server does not play multi-turn episodes (stop sequences); "
                              "use generator=vllm or generator=hf with an env")
         with self.lock:
-            return self._sample(model, tokenizer, prompts, greedy, max_new_tokens, rng)
+            return self._sample(model, tokenizer, prompts, greedy, max_new_tokens, None)
 
     def sample_held(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[list[int]],
                     rng: torch.Generator) -> GenerationOutput:
@@ -223,6 +222,7 @@ class VLLMServerGenerator:
                 self._within = False
 
     def _sample(self, model, tokenizer, prompts, greedy, max_new_tokens, rng) -> GenerationOutput:
+        """The requests; each one's seed from `rng` (the asynchronous thread's, seeded per round), else torch's."""
         if not self._within or self.fleet is None:
             self.push(model, tokenizer, None)
         start = time.perf_counter()

@@ -1,11 +1,24 @@
 """Shared by the tests: the tiny-model overrides and small builders (no network, CPU, seconds)."""
 from __future__ import annotations
 
+import os
+import sys
+
 TINY_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
               "model.intermediate_size=64"]
 # Everything small: a few steps, a small held-out set, no progress bar, no logger.
 TINY = TINY_MODEL + ["task.num_heldout=20", "callbacks.evaluate.num_examples=20",
                      "callbacks.progress.refresh_rate=0", "logger=none"]
+
+
+def end_rank_process() -> None:
+    """End a rank script's process (tests/hardware/*.py under torchrun) once its results are written and its
+    process group destroyed, skipping interpreter finalization: there gloo/FSDP's C++ threads now and then
+    abort a rank that finished ("terminate called without an active exception", SIGABRT: two CI runs, one
+    with destroy_process_group already called; not reproduced in 13 local runs), and torchrun then fails it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # Multi-turn tool episodes, small (experiment=tool_use with the tiny model): a short SFT on teacher episodes,

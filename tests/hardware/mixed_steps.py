@@ -19,7 +19,7 @@ from hardware.distributed import close  # noqa: E402
 from hardware.sharding import full_state_dict, is_sharded  # noqa: E402
 from run.stages import build, trainer_arguments  # noqa: E402
 from tests.hardware.one_step import CONF, FixedRecords  # noqa: E402
-from tests.helpers import TINY, tiny_model  # noqa: E402
+from tests.helpers import TINY, end_rank_process, tiny_model  # noqa: E402
 from tests.trainers.test_micro_batches import experience  # noqa: E402
 
 
@@ -69,4 +69,5 @@ def main(out: str, hardware: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
-    close()  # the process group, before exit: gloo can abort at interpreter exit without it
+    close()  # the process group, then no interpreter finalization (tests/helpers.py)
+    end_rank_process()

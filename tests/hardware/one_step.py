@@ -20,7 +20,7 @@ from data_modules.preferences import PreferenceDataModule, PreferenceRecord  # n
 from hardware.distributed import close  # noqa: E402
 from hardware.sharding import full_state_dict, is_sharded  # noqa: E402
 from run.stages import build, trainer_arguments  # noqa: E402
-from tests.helpers import TINY, tiny_model  # noqa: E402
+from tests.helpers import TINY, end_rank_process, tiny_model  # noqa: E402
 from tests.trainers.test_micro_batches import experience  # noqa: E402
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
@@ -78,4 +78,5 @@ def main(out: str, hardware: str, algorithm: str, *overrides: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
-    close()  # the process group, before exit: gloo can abort at interpreter exit without it
+    close()  # the process group, then no interpreter finalization (tests/helpers.py)
+    end_rank_process()

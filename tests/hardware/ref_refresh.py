@@ -21,7 +21,7 @@ from hardware import distributed  # noqa: E402
 from hardware.sharding import is_sharded, local_shard  # noqa: E402
 from run.stages import build, set_run_fields, trainer_arguments  # noqa: E402
 from rewards.base import RewardSource  # noqa: E402
-from tests.helpers import char_sum_scores  # noqa: E402
+from tests.helpers import char_sum_scores, end_rank_process  # noqa: E402
 from tests.trainers.test_online_preferences import SMALL  # noqa: E402
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
@@ -80,4 +80,5 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
-    distributed.close()  # the process group, before exit: gloo can abort at interpreter exit without it
+    distributed.close()  # the process group, then no interpreter finalization (tests/helpers.py)
+    end_rank_process()

@@ -13,7 +13,7 @@ from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
 from hardware.sharding import shard_model  # noqa: E402
 from models.lora import save_policy  # noqa: E402
-from tests.helpers import tiny_model  # noqa: E402
+from tests.helpers import end_rank_process, tiny_model  # noqa: E402
 
 
 def main(out: str) -> None:
@@ -28,3 +28,4 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    end_rank_process()  # no interpreter finalization (tests/helpers.py)
