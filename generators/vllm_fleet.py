@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -45,11 +46,31 @@ SERVED_NAME = "policy"  # the model name the started engines answer to
 HEALTH_POLL_S = 1.0
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent(cores: set[int] | None = None) -> None:  # runs in the child between fork and exec
+    """The started engine dies with the trainer; with `cores`, every process of it (the API server, the
+    engine core, its workers) runs on those cores only, not just the OpenMP threads vLLM binds itself: on a
+    shared CPU its other processes otherwise take the trainer's cores (docs/scaling.md)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass  # not Linux: atexit and stop() still end it
+    if cores and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, cores)
+        except OSError:
+            pass  # a core this machine lacks: vLLM's own binding reports it, in the engine's log
+
+
+def cpu_set(spec: str | None) -> set[int] | None:
+    """The cores of a VLLM_CPU_OMP_THREADS_BIND value ("1", "0-7", "0-3,8-11", "0-7|8-15" for TP ranks);
+    None for vLLM's own words (auto, all, nobind) or nothing."""
+    if not spec or not any(c.isdigit() for c in spec) or any(c.isalpha() for c in spec):
+        return None
+    cores: set[int] = set()
+    for part in spec.replace("|", ",").split(","):
+        low, _, high = part.strip().partition("-")
+        cores.update(range(int(low), int(high or low) + 1))
+    return cores
 
 
 def layer_shards(weights: Iterable[tuple[str, torch.Tensor]]) -> Iterable[tuple[str, dict[str, torch.Tensor]]]:
@@ -119,7 +140,8 @@ class EngineFleet:
             with open(log, "w") as out:
                 fleet.processes[i] = subprocess.Popen(command, env=env | envs[i], stdout=out, stderr=subprocess.STDOUT,
                                                       stdin=subprocess.DEVNULL, start_new_session=True,
-                                                      preexec_fn=_die_with_parent)
+                                                      preexec_fn=functools.partial(
+                                                          _die_with_parent, cpu_set(envs[i].get("VLLM_CPU_OMP_THREADS_BIND"))))
             fleet.logs[i] = log
         fleet.wait_healthy()
         return fleet

@@ -131,6 +131,22 @@ def test_a_port_the_last_run_just_released_is_not_refused():
     assert _port_problem("127.0.0.1", port) is None
 
 
+def test_a_started_engine_runs_on_its_cpu_cores_only():
+    """generator.cpu_cores pins every process of a started engine, not only the OpenMP threads vLLM binds:
+    unpinned, its API server and engine core took the trainer's core (docs/scaling.md). The server the fleet
+    starts inherits the affinity set between fork and exec; vLLM's own words (auto, nobind) pin nothing."""
+    import functools
+    import os
+
+    from generators.vllm_fleet import _die_with_parent, cpu_set
+    assert cpu_set("1") == {1} and cpu_set("0-3,8") == {0, 1, 2, 3, 8} and cpu_set("0-1|2-3") == {0, 1, 2, 3}
+    assert cpu_set("auto") is None and cpu_set("nobind") is None and cpu_set(None) is None
+    core = min(os.sched_getaffinity(0))
+    child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                           preexec_fn=functools.partial(_die_with_parent, {core}), capture_output=True, text=True)
+    assert child.stdout.strip() == f"[{core}]", child.stdout + child.stderr
+
+
 def silent_server() -> tuple[socket.socket, str]:
     """A server that accepts connections and never answers (an engine stuck)."""
     s = socket.socket()
