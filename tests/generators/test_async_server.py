@@ -116,10 +116,10 @@ def test_the_trainers_own_push_waits_for_the_round_in_flight(engine):
 
 def test_each_rounds_samples_come_from_its_seed_not_torchs_global_rng(engine):
     outs = []
-    for _ in range(2):
+    for i in range(2):
         g, e = engine()
         e.push(None, 0)
-        torch.manual_seed(123)
+        torch.manual_seed(123 + i)  # the trainer's RNG in another state: the round's samples do not change
         e.submit([[1], [2]], seed=77, round_index=1, need=0)
         outs.append(e.collect().out.completions)
     assert outs[0] == outs[1]
