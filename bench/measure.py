@@ -38,7 +38,32 @@ def run_metrics(result: dict, w: Workload) -> dict:
         out["generation_s"] = statistics.median(gen) if gen else None
     else:
         out["throughput"] = w.batch / out["s_per_step"]
+    out |= train_flops(result, w)
     return out
+
+
+def step_flops_per_token(w: Workload, parameters: int) -> float:
+    """Model FLOPs a trained token costs inside the train step: 6 N (forward 2 N, backward 4 N), plus 2 N for
+    DPO's frozen-reference forward, which runs in the step (GRPO's reference forward runs in annotate, outside
+    it; precomputed reference log-probs cost nothing there). Attention's own FLOPs are left out (≤ 5 % at
+    these lengths: 4 · layers · length · hidden against 6 N per token)."""
+    reference = w.algorithm == "dpo" and not w.precompute
+    return (6 + 2 * reference) * parameters
+
+
+def train_flops(result: dict, w: Workload) -> dict:
+    """The train step's achieved FLOP/s (median over the measured steps of model FLOPs / train-step seconds),
+    from a side that reports each step's trained tokens and train-step seconds (policyshift's StepTimer)."""
+    tokens, seconds, n = result.get("trained_tokens"), result.get("train_step"), result.get("parameters")
+    if not (tokens and seconds and n):
+        return {}
+    window = slice(1 + w.warmup, 1 + w.warmup + w.measure)
+    per_token = step_flops_per_token(w, n)
+    rates = [t * per_token / s for t, s in zip(tokens[window], seconds[window]) if s > 0 and t > 0]
+    if not rates:
+        return {}
+    return {"train_tflops": statistics.median(rates) / 1e12, "trained_tokens_per_step": statistics.median(tokens[window]),
+            "train_step_s": statistics.median(seconds[window])}
 
 
 @dataclass
@@ -84,6 +109,9 @@ def aggregate(pairs: list[dict], sides: list[str]) -> dict:
                      "throughput": median_or_none(r["throughput"] for r in runs),
                      "peak_rss_mb": median_or_none(r["peak_rss_mb"] for r in runs),
                      "generation_s": median_or_none(r.get("generation_s") for r in runs),
+                     "train_tflops": median_or_none(r.get("train_tflops") for r in runs),
+                     "trained_tokens_per_step": median_or_none(r.get("trained_tokens_per_step") for r in runs),
+                     "train_step_s": median_or_none(r.get("train_step_s") for r in runs),
                      "runs": len(runs)}
     return out
 

@@ -50,8 +50,8 @@ if str(ROOT) not in sys.path:
 from bench.workloads.spec import BARE, MODELS, WORKLOADS, Workload, quick  # noqa: E402
 
 from bench.measure import (Limits, aggregate, measure, median_or_none, pair_verdict,  # noqa: E402,F401
-                           run_metrics, step_seconds, verdict)
-from bench.tables import (GENERATION, fmt, generation_table, grpo_parts_table, kept_cell,  # noqa: E402,F401
+                           run_metrics, step_flops_per_token, step_seconds, train_flops, verdict)
+from bench.tables import (GENERATION, fmt, generation_table, grpo_parts_table, kept_cell, mfu_table,  # noqa: E402,F401
                           kept_text, ratio, runs_table, speed_table)
 ALL = list(WORKLOADS) + list(GENERATION)
 DEFAULT_TRL_PY = Path(os.environ.get("TRL_VENV", "/work/venv-trl")) / "bin" / "python"
@@ -231,7 +231,8 @@ def machine(threads: int) -> dict:
             "platform": platform.platform()}
 
 
-def report(summary: dict, all_pairs: dict, env: dict, args, elapsed: float, limits: Limits) -> str:
+def report(summary: dict, all_pairs: dict, env: dict, args, elapsed: float, limits: Limits,
+           peak: dict | None = None) -> str:
     trl_versions = next((r["versions"] for ps in all_pairs.values() for p in ps for s, r in p["runs"].items()
                          if s == "trl" and r.get("versions")), {})
     kind = "**--quick: plumbing only, these figures mean nothing**" if args.quick else "figures"
@@ -259,6 +260,11 @@ def report(summary: dict, all_pairs: dict, env: dict, args, elapsed: float, limi
         parts += ["", "Generation alone (16 prompts × 8 completions, every completion max_new_tokens long: "
                   "tiny 8, big 64; median tokens/s of the timed calls after a warm-up call):", "",
                   generation_table(summary)]
+    mfu = mfu_table(summary, peak)
+    if mfu:
+        parts += ["", "The train step's MFU: model FLOPs (6 N a trained token, + 2 N for DPO's reference "
+                  "forward) over train-step seconds, against this machine's measured fp32 GEMM throughput "
+                  "(bench/matmul_peak.py):", "", mfu]
     failed = {n: s["failed"] for n, s in summary.items() if s.get("failed")}
     if failed:
         parts += ["", "**Failed** (the suite went on without them):", ""] + [f"- {n}: {e}" for n, e in failed.items()]
@@ -276,6 +282,19 @@ def select(patterns: str | None) -> list[str]:
             raise SystemExit(f"--workloads: {pattern!r} matches none of {', '.join(ALL)}")
         names += [n for n in hits if n not in names]
     return names
+
+
+def matmul_peak(env: dict) -> dict | None:
+    """The machine's measured fp32 GEMM TFLOP/s at the runs' thread count (bench/matmul_peak.py, a fresh
+    process): the denominator of the train step's MFU."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench/matmul_peak.py")], env=env, cwd=ROOT,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"matmul peak not measured: {done.stderr.strip()[-300:]}", flush=True)
+        return None
+    peak = json.loads(done.stdout)
+    print(f"matmul peak: {peak['tflops']:.3f} TFLOP/s (fp32, {peak['threads']} thread(s))", flush=True)
+    return peak
 
 
 def main() -> None:
@@ -317,6 +336,7 @@ def main() -> None:
     if any(n in GENERATION for n in names):  # the generation workloads need the model folders too
         workloads += [WORKLOADS[f"{GENERATION[n]}_sft"] for n in names if n in GENERATION]
     paths = prepare(args.cache, workloads)
+    peak = matmul_peak(env)
     with tempfile.TemporaryDirectory(prefix="policyshift-bench-runs-") as scratch:
         ctx = Context(paths=paths, env=env, quick=args.quick, scratch=Path(scratch), timeout=args.timeout,
                       limits=limits, vllm=Path(args.vllm_python).exists(), levers=args.levers,
@@ -329,13 +349,13 @@ def main() -> None:
             all_pairs[name] = run_workload(name, ctx, pairs, 0 if args.quick else args.retries,
                                            lambda m: print(m, flush=True))
         summary = summarize(all_pairs, ctx)
-    text = report(summary, all_pairs, machine(args.threads), args, time.perf_counter() - started, limits)
+    text = report(summary, all_pairs, machine(args.threads), args, time.perf_counter() - started, limits, peak)
     dest = args.out or (ROOT / "bench" / ("results/quick.md" if args.quick else "results.md"))
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(text)
     raw = args.raw or ROOT / "bench" / "results" / ("suite_quick.json" if args.quick else "suite_latest.json")
     raw.parent.mkdir(parents=True, exist_ok=True)
-    raw.write_text(json.dumps({"summary": summary, "pairs": all_pairs}, indent=1, default=str))
+    raw.write_text(json.dumps({"summary": summary, "pairs": all_pairs, "matmul_peak": peak}, indent=1, default=str))
     print("\n" + text)
     print(f"wrote {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest} and {raw}")
     if ctx.failures:

@@ -58,6 +58,25 @@ def grpo_parts_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def mfu_table(summary: dict, peak: dict | None) -> str:
+    """The train step's model FLOP/s (bench/measure.py train_flops) per policyshift side, and as a share of
+    the machine's measured fp32 GEMM throughput (bench/matmul_peak.py): the train step's MFU on this CPU."""
+    if not peak:
+        return ""
+    lines = ["| workload | side | trained tokens / step | train step s | TFLOP/s | of the measured matmul "
+             f"peak ({peak['tflops']:.3f} TFLOP/s) |", "|---|---|---:|---:|---:|---:|"]
+    for name, s in summary.items():
+        if name in GENERATION:
+            continue
+        for side in ("policyshift", "levers"):
+            r = s.get(side) or {}
+            if r.get("train_tflops"):
+                lines.append(f"| {name} | {side} | {fmt(r.get('trained_tokens_per_step'), '{:,.0f}')} "
+                             f"| {fmt(r.get('train_step_s'))} | {r['train_tflops']:.3f} "
+                             f"| {r['train_tflops'] / peak['tflops']:.0%} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def _generation_cells(s: dict) -> tuple[str, str, str, float | None, str]:
     """Generation alone: seam tok/s, model.generate tok/s, seam ÷ generate, vLLM tok/s (or None), peak RSS."""
     seam, gen, vllm = s["seam"], s["generate"], s.get("vllm")

@@ -16,7 +16,7 @@ set -euo pipefail
 VENV="${1:-${TRL_VENV:-/work/venv-trl}}"
 TORCH_VERSION=2.13.0
 TRL_VERSION=1.16.0
-TRANSFORMERS_VERSION=5.24.0   # = `pip show transformers` in the project's environment
+TRANSFORMERS_VERSION=5.25.0   # = `pip show transformers` in the project's environment
 PYTHON="${PYTHON:-python3}"
 MAIN_TRANSFORMERS=$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("transformers"))' 2>/dev/null || true)
 if [[ -n "$MAIN_TRANSFORMERS" && "$MAIN_TRANSFORMERS" != "$TRANSFORMERS_VERSION" ]]; then

@@ -6,6 +6,8 @@ Recorded per optimizer step k (as bench/bench_train.py measures them):
   ends[k]        perf_counter at on_train_batch_end (step k's wall time is ends[k] - ends[k-1]: for
                  GRPO one whole round: generation, reward, annotation, dataloader, train step)
   train_step[k]  on_train_batch_start → on_train_batch_end (forward, backward, clip, optimizer, logging)
+  trained_tokens[k]  the tokens step k trained on (its batch's attention mask summed, as the cost ledger
+                 counts them; a preference batch's chosen and rejected rows both): the train step's FLOPs
   generation[k], generated_tokens[k]: what RegenerateExperience's totals grew by before step k (its
                  HFGenerator.sample time and tokens; the round step k trains on), online data only
   annotate[k]    GRPOModule.annotate (advantages + reference log-probs) of that round
@@ -25,6 +27,7 @@ class StepTimer(L.Callback):
         self.out = Path(out)
         self.ends: list[float] = []
         self.train_step: list[float] = []
+        self.trained_tokens: list[int] = []
         self.totals: list[dict] = []  # RegenerateExperience.totals at each step's start
         self.annotate: list[float] = []
         self._start = 0.0
@@ -57,9 +60,13 @@ class StepTimer(L.Callback):
         now = time.perf_counter()
         self.train_step.append(now - self._start)
         self.ends.append(now)
+        sequences = getattr(batch, "sequences", batch)  # a PreferenceBatch wraps its 2B sequences
+        mask = getattr(sequences, "attention_mask", None)
+        self.trained_tokens.append(int(mask.sum()) if mask is not None else 0)
 
     def on_train_end(self, trainer, pl_module) -> None:
         result = {"side": "policyshift", "ends": self.ends, "train_step": self.train_step,
+                  "trained_tokens": self.trained_tokens,
                   "optimizer_steps": trainer.global_step, "fit_start": self.fit_start,
                   "parameters": sum(p.numel() for p in pl_module.policy.parameters()),
                   "torch_threads": __import__("torch").get_num_threads()}

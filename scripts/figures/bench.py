@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from bench.ranks_equivalence import table_lines
-from bench.tables import grpo_parts_table, readme_table
+from bench.tables import grpo_parts_table, mfu_table, readme_table
 from scripts.figures.registry import Figure, Rendered, register
 
 # --smoke: keys both stages of short_sft_grpo and short_sft_dpo have (a key no stage has is an error)
@@ -25,7 +25,8 @@ def speed_commands(name: str, workloads: str, extra: list[str], report: str):
 
 def speed_render(name: str, report: str):
     def render(out: Path, smoke: bool) -> Rendered:
-        summary = json.loads((out / f"{name}.json").read_text())["summary"]
+        raw = json.loads((out / f"{name}.json").read_text())
+        summary = raw["summary"]
         where = str(out / f"{name}.md") if smoke else f"[{report}](../../{report})"
         notes = (f"Median over kept pairs of each run's median seconds per optimizer step, fresh processes "
                  f"alternating A B A B; every run with its load and why a pair was rejected: {where}. "
@@ -33,6 +34,11 @@ def speed_render(name: str, report: str):
         parts = grpo_parts_table(summary)
         if parts.count("\n") > 1:  # a row beyond the head: some GRPO workload ran
             notes += f"\n\nGRPO steps, parts:\n\n{parts}"
+        mfu = mfu_table(summary, raw.get("matmul_peak"))
+        if mfu:
+            notes += ("\n\nThe train step's MFU: model FLOPs (6 N a trained token, + 2 N for DPO's reference "
+                      "forward; attention's own left out) over train-step seconds, against this machine's measured "
+                      f"fp32 GEMM throughput (bench/matmul_peak.py):\n\n{mfu}")
         return Rendered(readme_table(summary), notes)
     return render
 
@@ -40,8 +46,9 @@ def speed_render(name: str, report: str):
 for _name, _title, _workloads, _extra, _report, _duration in (
         ("speed_tiny", "Speed against TRL, tiny model", "tiny_*,gen_tiny", [], "bench/results.md",
          "~11 min on an idle 2-core machine (needs `bash bench/trl_env.sh` once)"),
-        ("speed_big", "Speed against TRL and a bare-PyTorch loop, compute-bound model", "big_*,gen_big",
-         ["--pairs", "3"], "bench/results_big.md", "~1.5 h on an idle 2-core machine"),
+        ("speed_big", "Speed against TRL and a bare-PyTorch loop, compute-bound model, with and without the speed "
+         "levers", "big_*,gen_big", ["--levers", "--pairs", "2"], "bench/results_big.md",
+         "~1 h on an idle 2-core machine (needs `bash bench/trl_env.sh` once)"),
         ("speed_levers", "Speed against TRL, with and without the speed levers (model.packing, "
          "algorithm.shared_prefix)", "tiny_*,grpo_mixed_lengths,grpo_long_prompt", ["--levers", "--pairs", "3"],
          "bench/results_levers.md", "~15 min on an idle 2-core machine (needs `bash bench/trl_env.sh` once)")):

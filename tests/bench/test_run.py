@@ -134,3 +134,32 @@ def test_the_levers_side_switches_packing_and_the_shared_prefix_on(tmp_path):
     assert "| 0.2000 | 0.3000 | 1.50× | 0.1000 | 3.00× |" in run.speed_table(summary)
     from bench.tables import readme_table
     assert "| **1.50×** | 0.1000 | **3.00×** |" in readme_table(summary)
+
+
+def test_step_flops_are_six_n_a_token_plus_two_n_for_dpos_reference_forward():
+    n = 1_000_000
+    assert run.step_flops_per_token(WORKLOADS["big_sft"], n) == 6e6
+    assert run.step_flops_per_token(WORKLOADS["big_dpo_ref"], n) == 8e6        # the frozen reference in the step
+    assert run.step_flops_per_token(WORKLOADS["big_dpo_precomputed"], n) == 6e6
+    assert run.step_flops_per_token(WORKLOADS["tiny_grpo_b0.04"], n) == 6e6   # its reference runs in annotate
+
+
+def test_train_flops_is_the_median_over_the_measured_steps():
+    w = quick(WORKLOADS["big_dpo_ref"])  # step 0, 1 warm-up, 2 measured
+    result = {"parameters": 1_000_000, "trained_tokens": [999, 999, 1000, 3000], "train_step": [9.0, 9.0, 0.5, 2.0]}
+    m = run.run_metrics(result | {"ends": [0.0, 1.0, 2.0, 4.0]}, w)
+    # measured steps: 1000 tokens in 0.5 s and 3000 in 2.0 s at 8e6 FLOPs a token: 16 and 12 GFLOP/s
+    assert m["train_tflops"] == pytest.approx(0.014)
+    assert m["trained_tokens_per_step"] == 2000 and m["train_step_s"] == 1.25
+    # a side that reports no per-step tokens (TRL, bare) gets no FLOP figures rather than wrong ones
+    assert "train_tflops" not in run.run_metrics({"ends": [0.0, 1.0, 2.0, 4.0]}, w)
+
+
+def test_mfu_table_is_the_share_of_the_measured_matmul_peak():
+    side = {"train_tflops": 0.09, "trained_tokens_per_step": 4096, "train_step_s": 2.0}
+    summary = {"big_sft": {"policyshift": side, "levers": side | {"train_tflops": 0.12}, "trl": {}},
+               "gen_big": {"seam": {}, "generate": {}}}
+    table = run.mfu_table(summary, {"tflops": 0.18})
+    assert "| big_sft | policyshift | 4,096 | 2.0000 | 0.090 | 50% |" in table
+    assert "| big_sft | levers | 4,096 | 2.0000 | 0.120 | 67% |" in table and "gen_big" not in table
+    assert run.mfu_table(summary, None) == ""
