@@ -131,7 +131,8 @@ class AsyncRounds:
         tokens = sum(len(c) for c in made.out.completions)
         self.round = {"rollout/async_staleness": float(serve - made.version), "perf/trainer_idle_seconds": idle,
                       "perf/engine_idle_seconds": made.idle_seconds, "perf/weight_sync_seconds": sync_s,
-                      "perf/weight_sync_bytes": sync_b,
+                      "perf/weight_sync_bytes": sync_b, "cost/weight_sync_seconds": t["weight_sync_seconds"],
+                      "cost/weight_sync_bytes": t["weight_sync_bytes"],
                       "perf/engine_tokens_per_sec": tokens / max(made.out.seconds, 1e-9),
                       "rollout/async_dropped": float(dropped), **self._train}
 

@@ -112,7 +112,7 @@ class RoundLedger:
         Nothing for an engine that samples the policy itself; the asynchronous engine's are logged by
         callbacks/async_rounds.py."""
         seconds, nbytes = getattr(self.generator, "sync_seconds", None), getattr(self.generator, "sync_bytes", None)
-        if seconds is None or nbytes is None:
+        if seconds is None or nbytes is None or self.ahead is not None:  # async: its ledger counts staging too
             return {}
         (last_s, last_b), self._synced = self._synced, (seconds, nbytes)
         t = self.totals  # sums of the rounds' shares: a resumed run's restored totals go on growing

@@ -39,3 +39,14 @@ def test_a_resumed_run_adds_the_fresh_engine_counts_to_its_restored_totals():
 
 def test_an_engine_that_samples_the_policy_itself_logs_nothing():
     assert callback(SimpleNamespace())._weight_sync() == {}
+
+
+def test_asynchronous_rounds_leave_the_weight_syncs_to_their_own_ledger():
+    """With callbacks.regenerate.max_staleness > 0 and generator=vllm_server, the engine's counters are the
+    loads alone; the async ledger (callbacks/async_rounds.py) counts the staging of each version too. Before
+    this, the round ledger's load-only totals overwrote the async ones in summary.json's cost/ keys."""
+    engine = SimpleNamespace(sync_seconds=0.0, sync_bytes=0.0)
+    cb = callback(engine)
+    cb.ahead = SimpleNamespace()  # an AsyncRounds
+    engine.sync_seconds, engine.sync_bytes = 1.5, 1000
+    assert cb._weight_sync() == {} and "weight_sync_seconds" not in cb.totals
